@@ -1,0 +1,48 @@
+# make test   - the whole suite: checks, migrations, pytest on SQLite, then on PostgreSQL if reachable
+# make demo   - a small end-to-end example on SQLite
+#
+# PYTHON=... VENV=... DJANGO='django>=6,<6.1' picks another interpreter and Django;
+# REQUIRE_POSTGRES=1 fails instead of skipping when PostgreSQL is unreachable (CI);
+# SKIP_POSTGRES=1 runs SQLite only.
+
+PYTHON ?= python3
+VENV ?= .venv
+DJANGO ?=
+REQUIRE_POSTGRES ?= 0
+SKIP_POSTGRES ?= 0
+POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
+PY := $(VENV)/bin/python
+TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
+
+.PHONY: test test-sqlite test-postgres demo clean
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' $(if $(DJANGO),'$(DJANGO)')
+	@touch $@
+
+test: test-sqlite test-postgres
+
+test-sqlite: $(VENV)/.installed
+	@$(PY) -c "import django, sys; print(f'== Python {sys.version.split()[0]}, Django {django.get_version()}')"
+	$(TEST_ENV) $(PY) -m django check --fail-level WARNING
+	$(TEST_ENV) $(PY) -m django makemigrations --check --dry-run
+	@echo "== pytest on SQLite"
+	$(PY) -m pytest
+
+test-postgres: $(VENV)/.installed
+	@url="$${DATABASE_URL:-$(POSTGRES_URL)}"; \
+	if [ "$(SKIP_POSTGRES)" = "1" ]; then echo "== PostgreSQL pass skipped (SKIP_POSTGRES=1)"; exit 0; fi; \
+	if ! $(PY) -c "import psycopg, sys; u = sys.argv[1].rsplit('/', 1)[0] + '/postgres'; psycopg.connect(u, connect_timeout=3).close()" "$$url" 2>/dev/null; then \
+		if [ "$(REQUIRE_POSTGRES)" = "1" ]; then echo "== PostgreSQL is required but unreachable at $$url"; exit 1; fi; \
+		echo "== SKIPPING the PostgreSQL pass: no PostgreSQL reachable at $$url (set DATABASE_URL to use another)"; exit 0; \
+	fi; \
+	echo "== pytest on PostgreSQL ($$url)"; \
+	DATABASE_URL="$$url" $(TEST_ENV) $(PY) -m django check --fail-level WARNING && \
+	DATABASE_URL="$$url" $(PY) -m pytest
+
+demo: $(VENV)/.installed
+	cd example_project && ../$(PY) manage.py migrate -v 0 && ../$(PY) manage.py demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3*

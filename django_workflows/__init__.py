@@ -1,0 +1,47 @@
+"""Durable execution for Django, modelled on Cloudflare Workflows.
+
+Importing this package does not import models: the names that need the app
+registry (``workflows``) are resolved lazily on first access.
+"""
+
+from django_workflows.definition import WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
+from django_workflows.errors import (
+    InstanceAlreadyExists,
+    InstanceNotFound,
+    InvalidTransition,
+    NonDeterminismError,
+    NonRetryableError,
+    StepLimitExceeded,
+    WorkflowConfigError,
+    WorkflowError,
+    WorkflowNotFound,
+    WorkflowTimeoutError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "InstanceAlreadyExists",
+    "InstanceNotFound",
+    "InvalidTransition",
+    "NonDeterminismError",
+    "NonRetryableError",
+    "StepLimitExceeded",
+    "WorkflowConfigError",
+    "WorkflowEntrypoint",
+    "WorkflowError",
+    "WorkflowEvent",
+    "WorkflowStepEvent",
+    "WorkflowNotFound",
+    "WorkflowTimeoutError",
+    "__version__",
+    "workflows",
+]
+
+
+def __getattr__(name: str):
+    if name == "workflows":
+        from django_workflows.instances import workflows
+
+        return workflows
+    raise AttributeError(f"module 'django_workflows' has no attribute {name!r}")

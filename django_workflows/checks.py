@@ -1,0 +1,146 @@
+"""System checks: misconfiguration reported by ``manage.py check``, each with a stable id and a hint."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.db import router
+
+from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
+from django_workflows.definition import WorkflowEntrypoint, registry
+from django_workflows.errors import WorkflowConfigError
+from django_workflows.policy import validate_config
+
+SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LEASE_SECONDS")
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs=None, **kwargs):
+    messages = []
+    user = getattr(settings, "DJANGO_WORKFLOWS", None) or {}
+    if not isinstance(user, dict):
+        return [Error("DJANGO_WORKFLOWS must be a dict.", hint="Set DJANGO_WORKFLOWS = {...} in settings.",
+                      id="django_workflows.E001")]
+    for key in workflow_settings.unknown_keys():
+        messages.append(Error(
+            f"Unknown DJANGO_WORKFLOWS setting {key!r}.",
+            hint=f"Remove it, or correct its spelling; the settings are {', '.join(sorted(DEFAULTS))}.",
+            id="django_workflows.E001",
+        ))
+    try:
+        executor_class = workflow_settings.import_string("EXECUTOR")
+    except ImportError as exc:
+        messages.append(Error(
+            f"DJANGO_WORKFLOWS['EXECUTOR'] = {workflow_settings.EXECUTOR!r} cannot be imported: {exc}",
+            hint="Give the dotted path of a BaseExecutor subclass, e.g. "
+                 "'django_workflows.executors.inline.InlineExecutor'.",
+            id="django_workflows.E002",
+        ))
+    else:
+        from django_workflows.executors import get_executor
+        from django_workflows.executors.base import BaseExecutor
+
+        if not (isinstance(executor_class, type) and issubclass(executor_class, BaseExecutor)):
+            messages.append(Error(
+                f"DJANGO_WORKFLOWS['EXECUTOR'] = {workflow_settings.EXECUTOR!r} is not a BaseExecutor subclass.",
+                hint="Subclass django_workflows.executors.base.BaseExecutor.",
+                id="django_workflows.E002",
+            ))
+        else:
+            messages.extend(get_executor().check())
+    defaults = workflow_settings.DEFAULT_STEP_CONFIG
+    try:
+        validate_config(defaults, "DJANGO_WORKFLOWS['DEFAULT_STEP_CONFIG']")
+        missing = {"retries", "timeout"} - set(defaults) or (
+            {"limit", "delay", "backoff"} - set(defaults["retries"] or {})
+        )
+        if missing:
+            raise WorkflowConfigError(f"DJANGO_WORKFLOWS['DEFAULT_STEP_CONFIG'] lacks {sorted(missing)}")
+    except WorkflowConfigError as exc:
+        messages.append(Error(
+            str(exc),
+            hint="DEFAULT_STEP_CONFIG needs retries.limit, retries.delay, retries.backoff and timeout, "
+                 "e.g. {'retries': {'limit': 5, 'delay': '10 seconds', 'backoff': 'exponential'}, "
+                 "'timeout': '10 minutes'}.",
+            id="django_workflows.E003",
+        ))
+    for key in SIZE_SETTINGS:
+        if not _positive_int(getattr(workflow_settings, key)):
+            messages.append(Error(
+                f"DJANGO_WORKFLOWS[{key!r}] must be a positive whole number, got {getattr(workflow_settings, key)!r}.",
+                hint=f"The default is {DEFAULTS[key]}.",
+                id="django_workflows.E006",
+            ))
+    limit = workflow_settings.STEP_LIMIT
+    if not _positive_int(limit) or limit > HARD_STEP_LIMIT:
+        messages.append(Error(
+            f"DJANGO_WORKFLOWS['STEP_LIMIT'] must be a whole number from 1 to {HARD_STEP_LIMIT}, got {limit!r}.",
+            hint=f"The default is {DEFAULTS['STEP_LIMIT']}.",
+            id="django_workflows.E005",
+        ))
+    return messages
+
+
+@register(Tags.compatibility)
+def check_workflows(app_configs=None, **kwargs):
+    messages = []
+    for name, classes in sorted(registry.duplicates().items()):
+        where = ", ".join(f"{cls.__module__}.{cls.__qualname__}" for cls in classes)
+        messages.append(Error(
+            f"Two or more workflows are named {name!r}: {where}.",
+            hint="Give each workflow a unique name (the 'name' class attribute).",
+            id="django_workflows.E004",
+        ))
+    for cls in registry.all():
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        if cls.step_limit is not None and (not _positive_int(cls.step_limit) or cls.step_limit > HARD_STEP_LIMIT):
+            messages.append(Error(
+                f"{where}.step_limit must be a whole number from 1 to {HARD_STEP_LIMIT}, got {cls.step_limit!r}.",
+                hint="Lower it, or split the work across several instances.",
+                id="django_workflows.E005",
+            ))
+        if not isinstance(cls.name, str) or not cls.name or len(cls.name) > 255:
+            messages.append(Error(
+                f"{where}.name must be a string of 1 to 255 characters, got {cls.name!r}.",
+                hint="Set name = 'my-workflow' on the class, or leave it out to use the class name in kebab-case.",
+                id="django_workflows.E007",
+            ))
+        if cls.run is WorkflowEntrypoint.run:
+            messages.append(Error(
+                f"{where} does not define run(self, event, step).",
+                hint="Implement run(), or set abstract = True if it is a base class.",
+                id="django_workflows.E008",
+            ))
+    return messages
+
+
+@register(Tags.compatibility)
+def check_sqlite(app_configs=None, **kwargs):
+    from django_workflows.models import Instance
+
+    alias = router.db_for_write(Instance)
+    return sqlite_messages(alias, settings.DATABASES.get(alias, {}))
+
+
+def sqlite_messages(alias: str, database: dict):
+    if "sqlite" not in database.get("ENGINE", ""):
+        return []
+    options = database.get("OPTIONS", {})
+    problems = []
+    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        problems.append("transaction_mode is not 'IMMEDIATE'")
+    if "journal_mode=wal" not in str(options.get("init_command", "")).lower().replace(" ", ""):
+        problems.append("init_command does not set PRAGMA journal_mode=WAL")
+    if not problems:
+        return []
+    return [Warning(
+        f"The SQLite database {alias!r} that holds the workflow tables: {'; '.join(problems)}. A web server "
+        "and a worker sharing it will hit 'database is locked'.",
+        hint="In DATABASES[...]['OPTIONS'] set 'transaction_mode': 'IMMEDIATE', 'timeout': 20 and "
+             "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
+        id="django_workflows.W001",
+    )]

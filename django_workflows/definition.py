@@ -1,0 +1,109 @@
+"""How a workflow is written: a ``WorkflowEntrypoint`` subclass with ``run(event, step)``.
+
+Defining a subclass registers it under its ``name``; each installed app's
+``workflows.py`` is imported when Django starts, so defining the class there
+is all it takes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+from django_workflows.errors import WorkflowNotFound
+
+_KEBAB_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def kebab_case(name: str) -> str:
+    """``PaymentApproval`` -> ``payment-approval``; ``HTTPCheck`` -> ``http-check``."""
+    return _KEBAB_BOUNDARY.sub("-", name).replace("_", "-").lower()
+
+
+@dataclass(frozen=True)
+class WorkflowEvent:
+    """What ``run()`` receives: the instance's params and identity. Read-only."""
+
+    payload: Any
+    timestamp: datetime
+    instance_id: str
+    workflow_name: str
+
+
+class WorkflowEntrypoint:
+    """Subclass this and implement ``run(self, event, step)``.
+
+    ``name`` defaults to the class name in kebab-case. ``step_limit`` raises or
+    lowers the number of steps one instance may take (sleeps do not count).
+    Set ``abstract = True`` on a base class that is not a workflow itself.
+    """
+
+    name: ClassVar[str]
+    step_limit: ClassVar[int | None] = None
+    abstract: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "abstract" not in cls.__dict__:
+            cls.abstract = False
+        if cls.abstract:
+            return
+        if "name" not in cls.__dict__:
+            cls.name = kebab_case(cls.__name__)
+        registry.register(cls)
+
+    def run(self, event: WorkflowEvent, step):  # pragma: no cover - always overridden
+        raise NotImplementedError(f"{type(self).__name__} must implement run(self, event, step)")
+
+
+class Registry:
+    """Every defined workflow class, by name, with duplicates kept for the system check."""
+
+    def __init__(self):
+        self._by_origin: dict[tuple[str, str], type[WorkflowEntrypoint]] = {}
+
+    def register(self, cls: type[WorkflowEntrypoint]) -> None:
+        # Keyed by where the class was defined, so re-importing a module
+        # replaces its classes instead of reporting them as duplicates.
+        self._by_origin[(cls.__module__, cls.__qualname__)] = cls
+
+    def unregister(self, cls: type[WorkflowEntrypoint]) -> None:
+        self._by_origin.pop((cls.__module__, cls.__qualname__), None)
+
+    def all(self) -> list[type[WorkflowEntrypoint]]:
+        return list(self._by_origin.values())
+
+    def names(self) -> list[str]:
+        return sorted({cls.name for cls in self._by_origin.values()})
+
+    def duplicates(self) -> dict[str, list[type[WorkflowEntrypoint]]]:
+        by_name: dict[str, list[type[WorkflowEntrypoint]]] = {}
+        for cls in self._by_origin.values():
+            by_name.setdefault(cls.name, []).append(cls)
+        return {name: classes for name, classes in by_name.items() if len(classes) > 1}
+
+    def get(self, name: str) -> type[WorkflowEntrypoint]:
+        found = [cls for cls in self._by_origin.values() if cls.name == name]
+        if not found:
+            known = ", ".join(self.names()) or "none"
+            raise WorkflowNotFound(
+                f"No workflow named {name!r}. Known workflows: {known}. A workflow is a "
+                "WorkflowEntrypoint subclass defined in an installed app's workflows.py.",
+                workflow=name,
+            )
+        # With duplicates the system check fails; until it is fixed, the last defined wins.
+        return found[-1]
+
+
+registry = Registry()
+
+
+@dataclass(frozen=True)
+class WorkflowStepEvent:
+    """What ``step.wait_for_event`` returns: the event that arrived."""
+
+    type: str
+    payload: Any
+    timestamp: datetime

@@ -1,0 +1,591 @@
+"""The replay engine: runs ``run()`` from the top, answering finished steps from the journal.
+
+One replay holds the instance's lease, loads the journal in one query, and
+calls ``run(event, step)``. A step found in the journal returns its journaled
+result (or raises its journaled error) without running again; a step not
+found runs, is journaled, and the replay goes on. A step that must wait (a
+sleep, a retry delay, an event not yet here) raises ``Suspend``; the engine
+records why and until when, releases the lease, and the worker is free.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import socket
+import threading
+import traceback
+from datetime import UTC, datetime, timedelta
+
+from django.db import router, transaction
+from django.db.models import Case, DateTimeField, F, Value, When
+from django.db.models.functions import Coalesce
+
+from django_workflows import clock
+from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
+from django_workflows.definition import WorkflowEvent, WorkflowStepEvent, registry
+from django_workflows.durations import parse_duration
+from django_workflows.errors import (
+    InvalidEvent,
+    InvalidStepInput,
+    NonDeterminismError,
+    NonRetryableError,
+    StepLimitExceeded,
+    StepResultError,
+    StepTimeoutError,
+    WorkflowError,
+    WorkflowNotFound,
+    WorkflowTimeoutError,
+)
+from django_workflows.executors import get_executor
+from django_workflows.journal import Entry, Fenced, JournalWriter, encoded, load
+from django_workflows.models import Event, Instance, InstanceStatus, StepKind, StepStatus
+from django_workflows.policy import StepPolicy, build_policy
+from django_workflows.serialization import NotJournalable, encode
+from django_workflows.timeouts import AttemptTimedOut, call_with_timeout
+
+MAX_STEP_NAME = 256
+MAX_EVENT_TYPE = 100
+MAX_WAIT = timedelta(days=365)
+EVENT_TYPE_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9-_]*$")
+
+_ZERO = timedelta(0)
+
+
+class Suspend(BaseException):
+    """The replay must stop and wait. A BaseException, so ``except Exception:`` never swallows it."""
+
+    def __init__(self, *, step_key: str = "", wake_at: datetime | None = None, waiting_for=None,
+                 pause: bool = False):
+        super().__init__(step_key)
+        self.step_key = step_key
+        self.wake_at = wake_at
+        self.waiting_for = waiting_for
+        self.pause = pause
+
+
+def validate_event_type(value) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_EVENT_TYPE or not EVENT_TYPE_PATTERN.match(value):
+        raise InvalidEvent(
+            f"Invalid event type {value!r}: use 1 to {MAX_EVENT_TYPE} characters of letters, digits, '-' "
+            "and '_', not starting with '-'.",
+            event_type=value,
+        )
+    return value
+
+
+# -- errors in the journal ------------------------------------------------------------------------
+
+def describe_error(exc: BaseException) -> dict:
+    """An error as it is journaled: Cloudflare's ``{name, message}``, plus where its class lives."""
+    cls = type(exc)
+    return {"name": cls.__name__, "message": str(exc), "type": f"{cls.__module__}:{cls.__qualname__}"}
+
+
+class StepFailed(WorkflowError):
+    """A journaled step error whose original class cannot be rebuilt here."""
+
+
+def rebuild_error(error: dict) -> Exception:
+    """The journaled error as an exception of its original class, so ``except`` clauses match alike
+    on the first run and on every replay."""
+    message = error.get("message", "")
+    cls = None
+    module_name, _, qualname = (error.get("type") or "").partition(":")
+    if module_name and qualname:
+        try:
+            cls = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+        except (ImportError, AttributeError):
+            cls = None
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return StepFailed(f"{error.get('name', 'Error')}: {message}", error_name=error.get("name"))
+    try:
+        exc = cls(message)
+    except Exception:
+        exc = cls.__new__(cls)
+        Exception.__init__(exc, message)
+    return exc
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+# -- the step API ---------------------------------------------------------------------------------
+
+class WorkflowStep:
+    """The ``step`` argument of ``run(event, step)``."""
+
+    __slots__ = ("_replay",)
+
+    def __init__(self, replay: Replay):
+        self._replay = replay
+
+    def do(self, name: str, fn=None, *, config: dict | None = None):
+        """Run ``fn`` as a durable step named ``name``, or, without ``fn``, decorate a function
+        so that calling it runs the step: ``@step.do("charge")``."""
+        if fn is None:
+            _check_name(name)
+
+            def decorator(func):
+                def run_step(*args, **kwargs):
+                    call = (lambda: func(*args, **kwargs)) if args or kwargs else func
+                    return self._replay.do(name, call, config)
+
+                run_step.__name__ = getattr(func, "__name__", "step")
+                run_step.__doc__ = getattr(func, "__doc__", None)
+                return run_step
+
+            return decorator
+        return self._replay.do(name, fn, config)
+
+    def sleep(self, name: str, duration) -> None:
+        """Wait ``duration`` (milliseconds, or "N unit(s)"), holding no worker."""
+        self._replay.sleep(name, duration=duration)
+
+    def sleep_until(self, name: str, timestamp) -> None:
+        """Wait until ``timestamp`` (an aware datetime, or epoch seconds), holding no worker."""
+        self._replay.sleep(name, until=timestamp)
+
+    def wait_for_event(self, name: str, type, timeout="24 hours") -> WorkflowStepEvent:  # noqa: A002
+        """Wait for an event of ``type`` (or of any type in a list), up to ``timeout``."""
+        return self._replay.wait_for_event(name, type, timeout)
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
+        raise InvalidStepInput(
+            f"A step name must be a string of 1 to {MAX_STEP_NAME} characters, got {name!r}"
+            + (" (write @step.do('name'), with the name in parentheses)" if callable(name) else "")
+        )
+    return name
+
+
+_default_policy: tuple[dict, StepPolicy] | None = None
+
+
+def default_policy() -> StepPolicy:
+    global _default_policy
+    defaults = workflow_settings.DEFAULT_STEP_CONFIG
+    if _default_policy is None or _default_policy[0] is not defaults:
+        _default_policy = (defaults, build_policy(None, defaults, "DJANGO_WORKFLOWS['DEFAULT_STEP_CONFIG']"))
+    return _default_policy[1]
+
+
+# -- one replay -----------------------------------------------------------------------------------
+
+def _lease_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def enqueue(instance_pk: int) -> None:
+    """Ask the executor for a replay of the instance, once the current transaction commits."""
+    executor = get_executor()
+    if executor.enqueues_in_transaction:
+        executor.enqueue_replay(instance_pk)
+    else:
+        transaction.on_commit(
+            lambda: executor.enqueue_replay(instance_pk), using=router.db_for_write(Instance)
+        )
+
+
+def replay(instance_pk: int) -> bool:
+    """Run one replay of the instance if it is runnable; return whether one ran."""
+    now = clock.now()
+    claimed = Instance.objects.runnable(now).filter(pk=instance_pk).update(
+        status=Case(
+            When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.WAITING_FOR_PAUSE)),
+            default=Value(InstanceStatus.RUNNING),
+        ),
+        epoch=F("epoch") + 1,
+        lease_owner=_lease_owner(),
+        lease_expires_at=now + timedelta(seconds=workflow_settings.LEASE_SECONDS),
+        wake_at=None,
+        started_at=Coalesce("started_at", Value(now, output_field=DateTimeField())),
+        updated_at=now,
+    )
+    if not claimed:
+        return False
+    instance = Instance.objects.only(
+        "workflow_name", "instance_id", "params", "status", "epoch", "created_at"
+    ).get(pk=instance_pk)
+    Replay(instance).run()
+    return True
+
+
+class Replay:
+    def __init__(self, instance: Instance):
+        self.instance = instance
+        self.pk = instance.pk
+        self.writer = JournalWriter(instance.pk, instance.epoch)
+        self.journal: dict[str, Entry] = {}
+        self.occurrences: dict[str, int] = {}
+        self.steps_taken = 0
+        self.step_limit = workflow_settings.STEP_LIMIT
+        self.fatal: WorkflowError | None = None
+        self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
+
+    # The outcome of the whole replay.
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Fenced:
+            # Terminated, restarted or taken over while this replay ran: its work is not ours to record.
+            pass
+
+    def _run(self) -> None:
+        instance = self.instance
+        try:
+            workflow_class = registry.get(instance.workflow_name)
+        except WorkflowNotFound as exc:
+            self.errored(exc, "")
+            return
+        if workflow_class.step_limit is not None:
+            self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
+        if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
+            self.suspend(Suspend(pause=True))
+            return
+        self.journal = load(self.pk)
+        event = WorkflowEvent(
+            payload=instance.params,
+            timestamp=instance.created_at,
+            instance_id=instance.instance_id,
+            workflow_name=instance.workflow_name,
+        )
+        try:
+            output = workflow_class().run(event, WorkflowStep(self))
+        except Suspend as suspension:
+            if self.fatal is not None:
+                self.errored(self.fatal, "")
+            else:
+                self.suspend(suspension)
+        except Exception as exc:
+            self.errored(self.fatal or exc, traceback.format_exc())
+        else:
+            if self.fatal is not None:
+                self.errored(self.fatal, "")
+            else:
+                self.complete(output)
+
+    def _finish(self, **fields) -> int:
+        now = clock.now()
+        return Instance.objects.filter(pk=self.pk, epoch=self.writer.epoch).update(
+            lease_owner="", lease_expires_at=None, updated_at=now, **fields
+        )
+
+    def complete(self, output) -> None:
+        try:
+            encode(output, self.result_limit)
+        except NotJournalable as exc:
+            self.errored(StepResultError(f"The output of run() {exc}"), "")
+            return
+        now = clock.now()
+        if not self._finish(status=InstanceStatus.COMPLETE, output=output, ended_at=now, wake_at=None,
+                            waiting_for=None, current_step=""):
+            raise Fenced()
+
+    def errored(self, exc: BaseException, tb: str) -> None:
+        error = describe_error(exc)
+        del error["type"]
+        now = clock.now()
+        if not self._finish(status=InstanceStatus.ERRORED, error=error, traceback=tb, ended_at=now,
+                            wake_at=None, waiting_for=None):
+            raise Fenced()
+
+    def suspend(self, suspension: Suspend) -> None:
+        if suspension.pause:
+            if not self._finish(status=InstanceStatus.PAUSED, current_step=suspension.step_key):
+                raise Fenced()
+            return
+        with transaction.atomic(using=self.writer.alias):
+            # A pause asked while the replay ran takes effect now that it stops.
+            updated = self._finish(
+                status=Case(
+                    When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.PAUSED)),
+                    default=Value(InstanceStatus.WAITING),
+                ),
+                wake_at=suspension.wake_at,
+                waiting_for=suspension.waiting_for,
+                current_step=suspension.step_key,
+            )
+            if not updated:
+                raise Fenced()
+            # An event may have been sent between the inbox check and this update; the row lock
+            # that update holds orders us after that sender, so this read sees its event.
+            if suspension.waiting_for and Event.objects.waiting_for(self.pk, suspension.waiting_for).exists():
+                enqueue(self.pk)
+
+    # Bookkeeping shared by the steps.
+
+    def next_key(self, name) -> str:
+        _check_name(name)
+        if self.fatal is not None:
+            raise self.fatal
+        count = self.occurrences.get(name, 0) + 1
+        self.occurrences[name] = count
+        return f"{name}-{count}"
+
+    def fail_fatally(self, exc: WorkflowError):
+        # Remembered, so the instance is errored even if run() catches it.
+        self.fatal = exc
+        raise exc
+
+    def lookup(self, key: str, kind: str) -> Entry | None:
+        entry = self.journal.get(key)
+        if entry is not None and entry.kind != kind:
+            self.fail_fatally(NonDeterminismError(
+                f"Step {key!r} of instance {self.instance}: the journal has it as a {entry.kind} step, "
+                f"but this replay reached it as a {kind} step. run() must call the same steps in the same "
+                "order on every replay; to change a workflow's shape, give the new version another name "
+                "or restart the instance.",
+                step=key, journaled_kind=entry.kind, replayed_kind=kind,
+            ))
+        return entry
+
+    def count_step(self, key: str, journaled: bool) -> None:
+        self.steps_taken += 1
+        if self.steps_taken > self.step_limit and not journaled:
+            self.fail_fatally(StepLimitExceeded(
+                f"Instance {self.instance} reached the step limit of {self.step_limit} steps "
+                "(step.do and step.wait_for_event; sleeps do not count) at step "
+                f"{key!r}. Set step_limit on the workflow class (at most {HARD_STEP_LIMIT}) "
+                "or split the work across instances.",
+                step=key, limit=self.step_limit,
+            ))
+
+    def after_write(self, status: str, key: str) -> None:
+        if status == InstanceStatus.WAITING_FOR_PAUSE:
+            raise Suspend(pause=True, step_key=key)
+
+    # step.do
+
+    def do(self, name: str, fn, config) -> object:
+        key = self.next_key(name)
+        entry = self.lookup(key, StepKind.DO)
+        if entry is not None and entry.status == StepStatus.SUCCEEDED:
+            self.count_step(key, journaled=True)
+            return entry.result
+        if entry is not None and entry.status == StepStatus.FAILED:
+            self.count_step(key, journaled=True)
+            raise rebuild_error(entry.error)
+        self.count_step(key, journaled=entry is not None)
+        if not callable(fn):
+            raise InvalidStepInput(f"step.do({name!r}, fn): fn must be callable, got {type(fn).__name__}")
+        policy = default_policy() if config is None else build_policy(
+            config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
+        if entry is not None and entry.wake_at is not None and entry.wake_at > clock.now():
+            raise Suspend(step_key=key, wake_at=entry.wake_at)
+        attempts = list(entry.attempts) if entry is not None else []
+        timeout_seconds = policy.timeout.total_seconds()
+
+        while True:
+            number = len(attempts) + 1
+            started = clock.now()
+            failure: BaseException | None = None
+            try:
+                text, value = encode(call_with_timeout(fn, timeout_seconds), self.result_limit)
+            except AttemptTimedOut:
+                failure = StepTimeoutError(
+                    f"Step {name!r}: attempt {number} ran past its timeout of {policy.timeout}",
+                    step=key, attempt=number,
+                )
+            except NotJournalable as exc:
+                failure = StepResultError(f"Step {name!r} returned a value that {exc}", step=key)
+            except Exception as exc:
+                failure = exc
+            ended = clock.now()
+            attempt = {"attempt": number, "start": _iso(started), "end": _iso(ended), "success": failure is None}
+            if failure is None:
+                attempts.append(attempt)
+                if entry is None:
+                    _, status = self.writer.insert(
+                        key=key, name=name, kind=StepKind.DO, status=StepStatus.SUCCEEDED, attempts=attempts,
+                        config=policy.as_config(), result=encoded(text), started_at=started, ended_at=ended,
+                    )
+                else:
+                    _, status = self.writer.update(
+                        entry.id, status=StepStatus.SUCCEEDED, attempts=attempts, result=encoded(text),
+                        error=None, wake_at=None, ended_at=ended,
+                    )
+                self.after_write(status, key)
+                return value
+
+            error = describe_error(failure)
+            attempt["error"] = {"name": error["name"], "message": error["message"]}
+            attempts.append(attempt)
+            retryable = not isinstance(failure, (NonRetryableError, StepResultError))
+            if retryable and number < policy.max_attempts:
+                delay = policy.delay_after(number)
+                if delay <= _ZERO:
+                    continue
+                wake_at = ended + delay
+                self._write_attempts(entry, key, name, policy, attempts, started,
+                                     status=StepStatus.RETRYING, error=error, wake_at=wake_at)
+                raise Suspend(step_key=key, wake_at=wake_at)
+            status = self._write_attempts(entry, key, name, policy, attempts, started,
+                                          status=StepStatus.FAILED, error=error, ended_at=ended)
+            rebuilt = rebuild_error(error)
+            if status == InstanceStatus.WAITING_FOR_PAUSE:
+                raise Suspend(pause=True, step_key=key)
+            raise rebuilt from failure
+
+    def _write_attempts(self, entry, key, name, policy, attempts, started, **fields) -> str:
+        if entry is None:
+            step_id, status = self.writer.insert(
+                key=key, name=name, kind=StepKind.DO, attempts=attempts, config=policy.as_config(),
+                started_at=started, **fields,
+            )
+            # Later attempts in this replay update the row just written.
+            self.journal[key] = Entry(step_id, StepKind.DO, fields["status"], attempts, None,
+                                      fields.get("error"), fields.get("wake_at"), started)
+        else:
+            _, status = self.writer.update(entry.id, attempts=attempts, **fields)
+        return status
+
+    # step.sleep and step.sleep_until
+
+    def sleep(self, name: str, *, duration=None, until=None) -> None:
+        now = clock.now()
+        if until is None:
+            delta = parse_duration(duration, what=f"step.sleep({name!r})")
+            if delta > MAX_WAIT:
+                raise InvalidStepInput(f"step.sleep({name!r}): {duration!r} is longer than the limit of 365 days")
+        key = self.next_key(name)
+        entry = self.lookup(key, StepKind.SLEEP)
+        if entry is not None:
+            if entry.status == StepStatus.SUCCEEDED:
+                return
+            if entry.wake_at <= now:
+                _, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, ended_at=entry.wake_at)
+                self.after_write(status, key)
+                return
+            raise Suspend(step_key=key, wake_at=entry.wake_at)
+        if until is not None:
+            wake_at = _as_wake_time(name, until)
+            if wake_at < now:
+                raise InvalidStepInput(
+                    f"step.sleep_until({name!r}): {wake_at.isoformat()} is in the past (now is {now.isoformat()})"
+                )
+            if wake_at - now > MAX_WAIT:
+                raise InvalidStepInput(f"step.sleep_until({name!r}): {wake_at.isoformat()} is more than 365 days away")
+            delta = wake_at - now
+        else:
+            wake_at = now + delta
+        config = {"duration": int(delta / timedelta(milliseconds=1))}
+        if delta <= _ZERO:
+            _, status = self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.SUCCEEDED,
+                                           config=config, wake_at=wake_at, started_at=now, ended_at=now)
+            self.after_write(status, key)
+            return
+        self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.WAITING, config=config,
+                           wake_at=wake_at, started_at=now)
+        raise Suspend(step_key=key, wake_at=wake_at)
+
+    # step.wait_for_event
+
+    def wait_for_event(self, name: str, event_type, timeout) -> WorkflowStepEvent:
+        types = [event_type] if isinstance(event_type, str) else event_type
+        if not isinstance(types, (list, tuple)) or not types:
+            raise InvalidStepInput(
+                f"step.wait_for_event({name!r}): type must be an event type or a non-empty list of them, "
+                f"got {event_type!r}"
+            )
+        try:
+            types = [validate_event_type(t) for t in types]
+        except InvalidEvent as exc:
+            raise InvalidStepInput(f"step.wait_for_event({name!r}): {exc}") from None
+        delta = parse_duration(timeout, what=f"step.wait_for_event({name!r}) timeout")
+        if delta > MAX_WAIT:
+            raise InvalidStepInput(f"step.wait_for_event({name!r}): timeout {timeout!r} is longer than 365 days")
+        key = self.next_key(name)
+        entry = self.lookup(key, StepKind.WAIT)
+        self.count_step(key, journaled=entry is not None)
+        if entry is not None:
+            if entry.status == StepStatus.SUCCEEDED:
+                return _step_event(entry.result)
+            if entry.status == StepStatus.FAILED:
+                raise rebuild_error(entry.error)
+            deadline = entry.wake_at
+        else:
+            deadline = clock.now() + delta
+        received = self._consume(key, name, entry, types, deadline, delta)
+        if received is not None:
+            return received
+        now = clock.now()
+        if entry is None:
+            self.writer.insert(key=key, name=name, kind=StepKind.WAIT, status=StepStatus.WAITING,
+                               config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
+                               wake_at=deadline, started_at=now)
+        elif deadline <= now:
+            timeout_error = WorkflowTimeoutError(
+                f"Step {name!r}: no event of type {' or '.join(map(repr, types))} arrived within "
+                f"{entry_timeout(entry, delta)}",
+                step=key, event_types=types,
+            )
+            error = describe_error(timeout_error)
+            _, status = self.writer.update(entry.id, status=StepStatus.FAILED, error=error, ended_at=deadline)
+            self.after_write(status, key)
+            raise timeout_error
+        raise Suspend(step_key=key, wake_at=deadline, waiting_for=types)
+
+    def _consume(self, key, name, entry, types, deadline, delta) -> WorkflowStepEvent | None:
+        """Take the oldest buffered event of ``types`` that arrived by ``deadline``, if there is one."""
+        while True:
+            with transaction.atomic(using=self.writer.alias):
+                event = (
+                    Event.objects.waiting_for(self.pk, types)
+                    .filter(received_at__lte=deadline)
+                    .only("id", "type", "payload", "received_at")
+                    .first()
+                )
+                if event is None:
+                    return None
+                now = clock.now()
+                result = {"type": event.type, "payload": event.payload, "timestamp": _iso(event.received_at)}
+                if entry is None:
+                    step_id, status = self.writer.insert(
+                        key=key, name=name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
+                        config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
+                        result=result, wake_at=deadline, started_at=now, ended_at=now,
+                    )
+                else:
+                    step_id, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, result=result,
+                                                         ended_at=now)
+                taken = Event.objects.filter(pk=event.pk, consumed_by__isnull=True).update(
+                    consumed_by=step_id, consumed_at=now
+                )
+                if not taken:
+                    # Consumed by someone else in the meantime: undo this row and try the next event.
+                    transaction.set_rollback(True, using=self.writer.alias)
+                    continue
+            self.after_write(status, key)
+            return WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
+
+
+def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:
+    return entry.wake_at - entry.started_at if entry.wake_at and entry.started_at else fallback
+
+
+def _step_event(result: dict) -> WorkflowStepEvent:
+    return WorkflowStepEvent(
+        type=result["type"], payload=result["payload"], timestamp=datetime.fromisoformat(result["timestamp"])
+    )
+
+
+def _as_wake_time(name: str, value) -> datetime:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidStepInput(
+                f"step.sleep_until({name!r}): {value!r} has no time zone; pass an aware datetime "
+                "(django.utils.timezone.now() + timedelta(...)) or epoch seconds"
+            )
+        return value.astimezone(UTC)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    raise InvalidStepInput(
+        f"step.sleep_until({name!r}): expected an aware datetime or epoch seconds, got {type(value).__name__}"
+    )

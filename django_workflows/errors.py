@@ -1,0 +1,90 @@
+"""Every error the package raises, under one root, ``WorkflowError``.
+
+Errors carry the workflow, instance and step they concern, and survive
+pickling (``__reduce__``) so they can cross process boundaries intact.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class WorkflowError(Exception):
+    """The root of every error raised by django_workflows."""
+
+    def __init__(self, message: str, **context):
+        super().__init__(message)
+        self.message = message
+        self.context = context
+        for key, value in context.items():
+            setattr(self, key, value)
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.message, self.context))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls, message, context):
+    return cls(message, **context)
+
+
+class NonRetryableError(Exception):
+    """Raise from a step to fail it at once, without the remaining retries.
+
+    Kept outside ``WorkflowError`` on purpose: users raise and subclass it
+    the way they would a built-in exception, with any arguments.
+    """
+
+
+class WorkflowTimeoutError(WorkflowError):
+    """A ``wait_for_event`` (or a step attempt) ran past its timeout."""
+
+
+class StepTimeoutError(WorkflowTimeoutError):
+    """One attempt of ``step.do`` ran past the step's ``timeout``."""
+
+
+class WorkflowConfigError(WorkflowError, ImproperlyConfigured):
+    """A workflow or step is configured wrongly: fix the code, not the data."""
+
+
+class InvalidStepInput(WorkflowError, ValueError):
+    """A step was called with an argument it cannot accept (a bad name, duration, type...)."""
+
+
+class StepResultError(WorkflowError):
+    """A step returned a value that cannot be journaled (not JSON, or too large)."""
+
+
+class NonDeterminismError(WorkflowError):
+    """The replay met a journaled step with a different kind: ``run()`` is not deterministic."""
+
+
+class StepLimitExceeded(WorkflowError):
+    """The instance reached its workflow's step limit."""
+
+
+class WorkflowNotFound(WorkflowError, LookupError):
+    """No workflow with that name is registered."""
+
+
+class InstanceNotFound(WorkflowError, LookupError):
+    """No instance with that id exists for that workflow."""
+
+
+class InstanceAlreadyExists(WorkflowError):
+    """An instance with that id already exists for that workflow."""
+
+
+class InvalidTransition(WorkflowError):
+    """The instance's status does not allow the requested change."""
+
+
+class InvalidEvent(WorkflowError, ValueError):
+    """An event's type or payload is not acceptable."""
+
+
+class InvalidParams(WorkflowError, ValueError):
+    """An instance id or params are not acceptable."""

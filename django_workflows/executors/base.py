@@ -1,0 +1,36 @@
+"""The one interface between the engine and whatever runs replays."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+from django.core.checks import CheckMessage
+
+
+class BaseExecutor(ABC):
+    """Runs replays of instances somewhere: in this thread, or on a task queue.
+
+    The engine calls ``enqueue_replay(pk)`` after the transaction that made an
+    instance runnable commits. A replay that is enqueued twice is harmless:
+    the lease lets only one run, and the other finds nothing to do.
+    """
+
+    #: Whether ``enqueue_replay`` may be called inside the caller's transaction
+    #: (its queue lives in the same database, so the enqueue commits or rolls
+    #: back with the change that caused it). Otherwise the engine calls it on commit.
+    enqueues_in_transaction: bool = False
+
+    #: Whether replays run in this process as soon as they are enqueued.
+    runs_inline: bool = False
+
+    def __init__(self, **options):
+        self.options = options
+
+    @abstractmethod
+    def enqueue_replay(self, instance_pk: int) -> None:
+        """Arrange for one replay of the instance with primary key ``instance_pk``."""
+
+    def check(self) -> Iterable[CheckMessage]:
+        """System-check messages about this executor's configuration."""
+        return ()

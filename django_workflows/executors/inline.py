@@ -1,0 +1,63 @@
+"""Replays in the calling thread: for tests, scripts and small sites without a worker."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from django_workflows.executors.base import BaseExecutor
+
+
+class InlineExecutor(BaseExecutor):
+    """Runs each enqueued replay right away, in the thread that committed the change.
+
+    A replay that makes another instance runnable (a step creating an
+    instance, say) does not recurse: the new replay is queued and run once the
+    current one has finished. Timers are not watched: call ``run_due()`` (or
+    use ``django_workflows.testing``) to run instances whose wake time has come.
+    """
+
+    runs_inline = True
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        self._local = threading.local()
+
+    def _queue(self) -> deque:
+        queue = getattr(self._local, "queue", None)
+        if queue is None:
+            queue = self._local.queue = deque()
+        return queue
+
+    def enqueue_replay(self, instance_pk: int) -> None:
+        queue = self._queue()
+        queue.append(instance_pk)
+        if getattr(self._local, "draining", False):
+            return
+        self._local.draining = True
+        try:
+            self.drain()
+        finally:
+            self._local.draining = False
+
+    def drain(self) -> int:
+        """Run every queued replay; return how many ran."""
+        from django_workflows.engine import replay
+
+        queue, ran = self._queue(), 0
+        while queue:
+            replay(queue.popleft())
+            ran += 1
+        return ran
+
+    def run_due(self) -> int:
+        """Run every instance whose wake time has passed; return how many replays ran."""
+        from django_workflows import clock
+        from django_workflows.engine import replay
+        from django_workflows.models import Instance
+
+        ran = 0
+        for pk in Instance.objects.due(clock.now()).order_by("wake_at").values_list("pk", flat=True):
+            replay(pk)
+            ran += 1
+        return ran + self.drain()

@@ -1,0 +1,188 @@
+"""The tables that are the truth: instances, their journal of steps, and their event inbox."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class InstanceStatus(models.TextChoices):
+    """Cloudflare's instance statuses (``unknown`` is never stored)."""
+
+    QUEUED = "queued", "Queued"
+    """Created (or resumed, or restarted) and waiting for a replay to pick it up."""
+    RUNNING = "running", "Running"
+    """A replay holds the lease and is running ``run()``."""
+    PAUSED = "paused", "Paused"
+    """Stopped by ``pause()``; nothing runs until ``resume()``."""
+    WAITING_FOR_PAUSE = "waitingForPause", "Waiting for pause"
+    """``pause()`` was asked while a replay ran; it stops after its current step."""
+    WAITING = "waiting", "Waiting"
+    """Sleeping, waiting for an event, or waiting out a retry delay; holds no worker."""
+    ERRORED = "errored", "Errored"
+    """``run()`` raised; the error and traceback are stored."""
+    TERMINATED = "terminated", "Terminated"
+    """Stopped for good by ``terminate()``."""
+    COMPLETE = "complete", "Complete"
+    """``run()`` returned; its return value is the output."""
+
+
+FINISHED_STATUSES = (InstanceStatus.ERRORED, InstanceStatus.TERMINATED, InstanceStatus.COMPLETE)
+
+
+class InstanceQuerySet(models.QuerySet):
+    def for_workflow(self, name: str):
+        return self.filter(workflow_name=name)
+
+    def due(self, now):
+        """Waiting instances whose wake time has come."""
+        return self.filter(status=InstanceStatus.WAITING, wake_at__lte=now)
+
+    def expired_leases(self, now):
+        return self.filter(
+            status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now
+        )
+
+    def runnable(self, now):
+        """Instances a replay may claim now."""
+        return self.filter(
+            Q(status__in=(InstanceStatus.QUEUED, InstanceStatus.WAITING))
+            | Q(status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now)
+        )
+
+
+class Instance(models.Model):
+    """One run of a workflow, identified by (workflow name, instance id)."""
+
+    workflow_name = models.CharField(max_length=255)
+    instance_id = models.CharField(max_length=100)
+    params = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=InstanceStatus.choices, default=InstanceStatus.QUEUED)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True, help_text="{name, message} when errored.")
+    traceback = models.TextField(blank=True, default="")
+
+    wake_at = models.DateTimeField(null=True, blank=True, help_text="When a waiting instance is next due.")
+    waiting_for = models.JSONField(
+        null=True, blank=True, help_text="The event types the instance waits for, if it waits for any."
+    )
+    current_step = models.CharField(max_length=300, blank=True, default="")
+
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    epoch = models.PositiveBigIntegerField(
+        default=0, help_text="Fencing token: bumped by every lease taken and every terminate or restart."
+    )
+
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    objects = InstanceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["workflow_name", "instance_id"], name="dw_instance_unique_id"),
+            models.CheckConstraint(
+                condition=Q(status__in=InstanceStatus.values), name="dw_instance_status_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["wake_at"], name="dw_instance_due", condition=Q(status=InstanceStatus.WAITING)
+            ),
+            models.Index(fields=["workflow_name", "status"], name="dw_instance_by_status"),
+            models.Index(
+                fields=["lease_expires_at"],
+                name="dw_instance_leased",
+                condition=Q(status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name}/{self.instance_id}"
+
+
+class StepKind(models.TextChoices):
+    DO = "do", "step.do"
+    SLEEP = "sleep", "step.sleep"
+    WAIT = "waitForEvent", "step.wait_for_event"
+
+
+class StepStatus(models.TextChoices):
+    SUCCEEDED = "succeeded", "Succeeded"
+    """Done; ``result`` holds its value (for a wait, the event)."""
+    FAILED = "failed", "Failed"
+    """Failed for good (retries exhausted, non-retryable, or a wait timed out); ``error`` holds why."""
+    RETRYING = "retrying", "Retrying"
+    """An attempt failed; the next one is due at ``wake_at``."""
+    WAITING = "waiting", "Waiting"
+    """A sleep, or a wait for an event, until ``wake_at``."""
+
+
+class Step(models.Model):
+    """One journal row: the durable outcome of one step of one instance."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="steps")
+    key = models.CharField(max_length=300, help_text="The name and its occurrence in the replay: 'charge-1'.")
+    name = models.CharField(max_length=256)
+    kind = models.CharField(max_length=16, choices=StepKind.choices)
+    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    attempts = models.JSONField(default=list, blank=True, help_text="[{start, end, success, error}]")
+    config = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["instance", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["instance", "key"], name="dw_step_unique_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}:{self.key}"
+
+
+class EventQuerySet(models.QuerySet):
+    def unconsumed(self):
+        return self.filter(consumed_by__isnull=True)
+
+    def waiting_for(self, instance_pk: int, types):
+        """Buffered events of ``types`` for an instance, oldest first."""
+        return self.filter(instance_id=instance_pk, type__in=types, consumed_by__isnull=True).order_by(
+            "received_at", "id"
+        )
+
+
+class Event(models.Model):
+    """One event in an instance's inbox, kept until a ``wait_for_event`` consumes it."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=100)
+    payload = models.JSONField(null=True, blank=True)
+    received_at = models.DateTimeField()
+    sender = models.CharField(max_length=255, blank=True, default="", help_text="Who sent it, for the audit.")
+    consumed_by = models.OneToOneField(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="event"
+    )
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["received_at", "id"]
+        indexes = [
+            models.Index(
+                fields=["instance", "type", "received_at"],
+                name="dw_event_inbox",
+                condition=Q(consumed_by__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} for {self.instance_id}"

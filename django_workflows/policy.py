@@ -1,0 +1,98 @@
+"""A step's config (Cloudflare's WorkflowStepConfig): validated, merged with the defaults, and applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django_workflows.durations import parse_duration
+from django_workflows.errors import InvalidStepInput, WorkflowConfigError
+
+BACKOFFS = ("constant", "linear", "exponential")
+_TOP_KEYS = {"retries", "timeout"}
+_RETRY_KEYS = {"limit", "delay", "backoff"}
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    retry_limit: int
+    retry_delay: timedelta
+    backoff: str
+    timeout: timedelta
+
+    @property
+    def max_attempts(self) -> int:
+        # Cloudflare's ``limit`` counts retries, so one more attempt than that.
+        return self.retry_limit + 1
+
+    def delay_after(self, failed_attempts: int) -> timedelta:
+        """The wait before the next attempt, once ``failed_attempts`` attempts have failed."""
+        if self.backoff == "constant":
+            return self.retry_delay
+        if self.backoff == "linear":
+            return self.retry_delay * failed_attempts
+        return self.retry_delay * (2 ** (failed_attempts - 1))
+
+    def as_config(self) -> dict[str, Any]:
+        """The policy in journal form: durations in milliseconds."""
+        return {
+            "retries": {
+                "limit": self.retry_limit,
+                "delay": int(self.retry_delay / timedelta(milliseconds=1)),
+                "backoff": self.backoff,
+            },
+            "timeout": int(self.timeout / timedelta(milliseconds=1)),
+        }
+
+
+def _fail(where: str, message: str):
+    raise WorkflowConfigError(f"{where}: {message}")
+
+
+def validate_config(config: Any, where: str) -> None:
+    """Raise a ``WorkflowConfigError`` naming ``where`` if ``config`` is not a valid step config."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        _fail(where, f"config must be a dict such as {{'retries': {{'limit': 3}}}}, got {type(config).__name__}")
+    unknown = set(config) - _TOP_KEYS
+    if unknown:
+        _fail(where, f"unknown config key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+    retries = config.get("retries")
+    if retries is not None:
+        if not isinstance(retries, dict):
+            _fail(where, f"'retries' must be a dict, got {type(retries).__name__}")
+        unknown = set(retries) - _RETRY_KEYS
+        if unknown:
+            _fail(where, f"unknown retries key(s) {sorted(unknown)}; allowed: {sorted(_RETRY_KEYS)}")
+        if "limit" in retries:
+            limit = retries["limit"]
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+                _fail(where, f"retries.limit must be a whole number of retries, 0 or more, got {limit!r}")
+        if "backoff" in retries and retries["backoff"] not in BACKOFFS:
+            _fail(where, f"retries.backoff must be one of {', '.join(BACKOFFS)}, got {retries['backoff']!r}")
+        if "delay" in retries:
+            _duration(retries["delay"], where, "retries.delay")
+    if "timeout" in config:
+        if _duration(config["timeout"], where, "timeout") <= timedelta(0):
+            _fail(where, "timeout must be more than zero")
+
+
+def _duration(value, where: str, key: str) -> timedelta:
+    try:
+        return parse_duration(value, what=key)
+    except InvalidStepInput as exc:
+        raise WorkflowConfigError(f"{where}: {exc}") from None
+
+
+def build_policy(config: dict | None, defaults: dict, where: str) -> StepPolicy:
+    validate_config(config, where)
+    config = config or {}
+    retries = {**defaults.get("retries", {}), **(config.get("retries") or {})}
+    return StepPolicy(
+        retry_limit=retries["limit"],
+        retry_delay=_duration(retries["delay"], where, "retries.delay"),
+        backoff=retries["backoff"],
+        timeout=_duration(config.get("timeout", defaults["timeout"]), where, "timeout"),
+    )

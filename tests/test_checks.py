@@ -1,0 +1,110 @@
+"""One test per system check id, and one through manage.py check."""
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from django_workflows import WorkflowEntrypoint, checks
+from django_workflows.definition import registry
+
+
+def ids(messages):
+    return sorted(m.id for m in messages)
+
+
+def test_the_test_settings_pass_every_check():
+    assert checks.check_settings() == [] and checks.check_workflows() == [] and checks.check_sqlite() == []
+    call_command("check", "--fail-level", "WARNING")
+
+
+@override_settings(DJANGO_WORKFLOWS={"STEP_LIMT": 5})
+def test_e001_unknown_setting():
+    [message] = checks.check_settings()
+    assert message.id == "django_workflows.E001" and "STEP_LIMT" in message.msg and "STEP_LIMIT" in message.hint
+
+
+@pytest.mark.parametrize("path", ["no.such.Executor", "django_workflows.conf.WorkflowSettings"])
+def test_e002_executor(path):
+    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": path}):
+        assert ids(checks.check_settings()) == ["django_workflows.E002"]
+
+
+@pytest.mark.parametrize("config", [{"retries": {"limit": -1}}, {"timeout": "1 minute"},
+                                    {"retries": {"limit": 1, "delay": 10}, "timeout": 5}])
+def test_e003_default_step_config(config):
+    with override_settings(DJANGO_WORKFLOWS={"DEFAULT_STEP_CONFIG": config}):
+        [message] = checks.check_settings()
+        assert message.id == "django_workflows.E003" and message.hint
+
+
+def test_e004_duplicate_names():
+    class One(WorkflowEntrypoint):
+        name = "dup-name"
+
+        def run(self, event, step):
+            pass
+
+    class Two(WorkflowEntrypoint):
+        name = "dup-name"
+
+        def run(self, event, step):
+            pass
+
+    try:
+        [message] = checks.check_workflows()
+        assert message.id == "django_workflows.E004" and "One" in message.msg and "Two" in message.msg
+    finally:
+        registry.unregister(One)
+        registry.unregister(Two)
+
+
+@pytest.mark.parametrize("limit", [0, 25_001, "many"])
+def test_e005_step_limit_of_a_workflow(limit):
+    cls = type("TooMany", (WorkflowEntrypoint,), {"step_limit": limit, "run": lambda self, e, s: None})
+    try:
+        assert ids(checks.check_workflows()) == ["django_workflows.E005"]
+    finally:
+        registry.unregister(cls)
+
+
+def test_e005_step_limit_setting():
+    with override_settings(DJANGO_WORKFLOWS={"STEP_LIMIT": 30_000}):
+        assert ids(checks.check_settings()) == ["django_workflows.E005"]
+
+
+@pytest.mark.parametrize("key", checks.SIZE_SETTINGS)
+def test_e006_sizes(key):
+    with override_settings(DJANGO_WORKFLOWS={key: 0}):
+        assert ids(checks.check_settings()) == ["django_workflows.E006"]
+
+
+def test_e007_name():
+    cls = type("Nameless", (WorkflowEntrypoint,), {"name": "", "run": lambda self, e, s: None})
+    try:
+        assert ids(checks.check_workflows()) == ["django_workflows.E007"]
+    finally:
+        registry.unregister(cls)
+
+
+def test_e008_no_run():
+    cls = type("NoRun", (WorkflowEntrypoint,), {})
+    try:
+        assert ids(checks.check_workflows()) == ["django_workflows.E008"]
+    finally:
+        registry.unregister(cls)
+
+
+def test_w001_sqlite_without_wal():
+    [message] = checks.sqlite_messages("default", {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {}})
+    assert message.id == "django_workflows.W001"
+    assert "transaction_mode" in message.msg and "journal_mode=WAL" in message.msg
+    good = {"transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode = WAL;"}
+    assert checks.sqlite_messages("default", {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": good}) == []
+    assert checks.sqlite_messages("default", {"ENGINE": "django.db.backends.postgresql"}) == []
+
+
+def test_checks_fail_manage_py_check():
+    from django.core.management.base import SystemCheckError
+
+    with override_settings(DJANGO_WORKFLOWS={"BOGUS": 1}), pytest.raises(SystemCheckError, match="E001"):
+        call_command("check")

@@ -1,0 +1,117 @@
+"""Workflow definition, discovery, durations and the settings object."""
+
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.conf import workflow_settings
+from django_workflows.definition import kebab_case, registry
+from django_workflows.durations import parse_duration
+from django_workflows.errors import InvalidStepInput, NonRetryableError, WorkflowError, WorkflowTimeoutError
+from django_workflows.policy import StepPolicy
+
+
+@pytest.mark.parametrize("cls, name", [("PaymentApproval", "payment-approval"), ("HTTPCheck", "http-check"),
+                                       ("Flaky", "flaky"), ("OrderSaga2", "order-saga2"),
+                                       ("Under_Score", "under-score")])
+def test_kebab_case(cls, name):
+    assert kebab_case(cls) == name
+
+
+def test_workflows_are_discovered_from_installed_apps_workflows_py():
+    # tests/testapp/workflows.py is imported by the app's ready(), not by this test.
+    assert {"three-steps", "payment-approval-free", "approval"} & set(workflows.names()) >= {"three-steps", "approval"}
+    assert registry.get("three-steps").__module__ == "tests.testapp.workflows"
+
+
+def test_name_can_be_set_and_abstract_bases_are_not_registered():
+    class Base(WorkflowEntrypoint):
+        abstract = True
+
+    class Named(Base):
+        name = "explicitly-named"
+
+        def run(self, event, step):
+            return None
+
+    try:
+        assert "explicitly-named" in workflows.names()
+        assert all(cls is not Base for cls in registry.all())
+        assert Named.abstract is False
+    finally:
+        registry.unregister(Named)
+
+
+def test_importing_the_package_does_not_import_models():
+    code = "import sys, django_workflows; print('django_workflows.models' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_public_api_and_version():
+    import django_workflows
+
+    assert django_workflows.__version__
+    for name in django_workflows.__all__:
+        assert getattr(django_workflows, name) is not None
+    assert issubclass(WorkflowTimeoutError, WorkflowError)
+
+
+def test_errors_survive_pickling():
+    import pickle
+
+    error = WorkflowTimeoutError("late", step="approval-1")
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is WorkflowTimeoutError and str(again) == "late" and again.step == "approval-1"
+    assert isinstance(pickle.loads(pickle.dumps(NonRetryableError("x"))), NonRetryableError)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(1500, timedelta(milliseconds=1500)), ("10 seconds", timedelta(seconds=10)), ("1 second", timedelta(seconds=1)),
+     ("2 minutes", timedelta(minutes=2)), ("72 hours", timedelta(hours=72)), ("1 day", timedelta(days=1)),
+     ("3 weeks", timedelta(weeks=3)), ("1 month", timedelta(days=30)), ("1 year", timedelta(days=365)),
+     ("250 milliseconds", timedelta(milliseconds=250)), ("1.5 hours", timedelta(minutes=90)),
+     (timedelta(seconds=3), timedelta(seconds=3)), ("  5   Minutes ", timedelta(minutes=5))],
+)
+def test_durations(value, expected):
+    assert parse_duration(value) == expected
+
+
+@pytest.mark.parametrize("value", ["ten seconds", "10 parsecs", "", "-5 seconds", -1, None, True, [], float("nan")])
+def test_bad_durations(value):
+    with pytest.raises(InvalidStepInput):
+        parse_duration(value)
+
+
+def test_backoff_arithmetic():
+    d = timedelta(seconds=1)
+    policies = {b: StepPolicy(5, d, b, d) for b in ("constant", "linear", "exponential")}
+    assert [policies["constant"].delay_after(n).seconds for n in (1, 2, 3)] == [1, 1, 1]
+    assert [policies["linear"].delay_after(n).seconds for n in (1, 2, 3)] == [1, 2, 3]
+    assert [policies["exponential"].delay_after(n).seconds for n in (1, 2, 3, 4)] == [1, 2, 4, 8]
+    assert policies["constant"].max_attempts == 6
+
+
+def test_settings_are_read_lazily_and_follow_override_settings():
+    assert workflow_settings.STEP_LIMIT == 10_000
+    with override_settings(DJANGO_WORKFLOWS={"STEP_LIMIT": 7}):
+        assert workflow_settings.STEP_LIMIT == 7
+    assert workflow_settings.STEP_LIMIT == 10_000
+    with pytest.raises(AttributeError, match="Invalid django_workflows setting"):
+        workflow_settings.NOT_A_SETTING  # noqa: B018
+
+
+def test_the_executor_follows_settings():
+    from django_workflows.executors import get_executor
+    from django_workflows.executors.inline import InlineExecutor
+    from django_workflows.testing import RecordingExecutor
+
+    assert isinstance(get_executor(), InlineExecutor)
+    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "django_workflows.testing.RecordingExecutor"}):
+        assert isinstance(get_executor(), RecordingExecutor)
+    assert isinstance(get_executor(), InlineExecutor)

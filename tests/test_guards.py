@@ -1,0 +1,106 @@
+"""What keeps a replay honest: suspension that cannot be swallowed, the determinism guard, the step limit."""
+
+import pytest
+
+from django_workflows import StepLimitExceeded, workflows
+from django_workflows.engine import Suspend
+from django_workflows.models import Instance, Step
+from tests.testapp.workflows import calls
+
+
+def test_suspension_is_not_an_exception():
+    assert issubclass(Suspend, BaseException) and not issubclass(Suspend, Exception)
+
+
+def test_except_exception_around_a_step_never_swallows_the_suspension(workflows_env):
+    instance = workflows.get("swallows-everything").create()
+    workflows_env.run_until_idle()
+    assert Instance.objects.get(pk=instance.pk).status == "waiting"
+    workflows_env.advance("1 hour")
+    assert Instance.objects.get(pk=instance.pk).waiting_for == ["go"]
+    instance.send_event(type="go", payload=None)
+    workflows_env.run_until_idle()
+    assert instance.status()["output"] == "went"
+    assert calls["swallowed"] == 0
+
+
+def test_a_journaled_key_met_with_another_kind_errors_the_instance(workflows_env):
+    instance = workflows.get("shifty").create()
+    workflows_env.run_until_idle()
+    workflows_env.advance("1 hour")
+    status = instance.status()
+    assert status["status"] == "errored"
+    assert status["error"]["name"] == "NonDeterminismError"
+    assert "'x-1'" in status["error"]["message"]
+    assert "as a do step" in status["error"]["message"] and "as a sleep step" in status["error"]["message"]
+    # run() caught the NonDeterminismError, and the instance is errored all the same.
+    assert calls["caught"] == 1
+
+
+def test_step_limit_errors_the_instance_and_names_the_limit(workflows_env):
+    instance = workflows.get("limited").create(params={"n": 5})
+    workflows_env.run_until_idle()
+    status = instance.status()
+    assert status["status"] == "errored"
+    assert status["error"]["name"] == "StepLimitExceeded"
+    assert "step limit of 3 steps" in status["error"]["message"]
+    # Sleeps do not count: 3 do steps ran, and 4 sleeps were journaled around them.
+    assert calls["s"] == 3
+    assert Step.objects.filter(kind="do").count() == 3
+
+
+def test_step_limit_allows_exactly_the_limit(workflows_env):
+    instance = workflows.get("limited").create(params={"n": 3})
+    workflows_env.run_until_idle()
+    assert instance.status()["output"] == "done"
+
+
+def test_step_limit_setting(workflows_env, settings):
+    settings.DJANGO_WORKFLOWS = {"STEP_LIMIT": 2}
+    instance = workflows.get("loop").create(params={"n": 3})
+    workflows_env.run_until_idle()
+    assert "step limit of 2 steps" in instance.status()["error"]["message"]
+
+
+def test_step_limit_errors_are_workflow_errors():
+    assert issubclass(StepLimitExceeded, Exception)
+
+
+def test_event_is_read_only(workflows_env):
+    instance = workflows.get("read-only-event").create(id="ro")
+    workflows_env.run_until_idle()
+    assert instance.status()["output"] == {
+        "refused": "FrozenInstanceError", "instance_id": "ro", "workflow_name": "read-only-event",
+        "has_timestamp": True,
+    }
+
+
+def test_an_instance_of_a_workflow_that_no_longer_exists_errors_clearly(workflows_env):
+    instance = workflows.get("three-steps").create()
+    Instance.objects.filter(pk=instance.pk).update(workflow_name="gone")
+    from django_workflows.engine import replay
+
+    replay(instance.pk)
+    row = Instance.objects.get(pk=instance.pk)
+    assert row.status == "errored" and row.error["name"] == "WorkflowNotFound"
+
+
+def test_a_replay_of_a_finished_instance_does_nothing(workflows_env):
+    from django_workflows.engine import replay
+
+    instance = workflows.get("three-steps").create()
+    workflows_env.run_until_idle()
+    assert replay(instance.pk) is False
+    assert calls == {"a": 1, "b": 1, "c": 1}
+
+
+@pytest.mark.parametrize("lease_expired", [True, False])
+def test_a_running_instance_is_taken_over_only_once_its_lease_expired(workflows_env, lease_expired):
+    from datetime import timedelta
+
+    from django_workflows.engine import replay
+
+    instance = workflows.get("three-steps").create()
+    offset = timedelta(seconds=-1 if lease_expired else 60)
+    Instance.objects.filter(pk=instance.pk).update(status="running", lease_expires_at=workflows_env.now + offset)
+    assert replay(instance.pk) is lease_expired

@@ -1,0 +1,50 @@
+"""The inline executor with the real clock: replays run when the transaction commits."""
+
+import pytest
+from django.db import transaction
+
+from django_workflows import workflows
+from django_workflows.executors import get_executor
+from django_workflows.executors.inline import InlineExecutor
+from tests.testapp.workflows import calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_create_runs_the_instance_on_commit():
+    assert isinstance(get_executor(), InlineExecutor)
+    instance = workflows.get("three-steps").create(params={})
+    assert instance.status()["status"] == "complete"
+
+
+def test_nothing_runs_before_commit_or_after_rollback():
+    with transaction.atomic():
+        instance = workflows.get("three-steps").create(id="in-tx", params={})
+        assert instance.status()["status"] == "queued" and calls == {}
+    assert instance.status()["status"] == "complete"
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        workflows.get("three-steps").create(id="rolled-back", params={})
+        raise RuntimeError("roll back")
+    assert calls == {"a": 1, "b": 1, "c": 1}
+    from django_workflows.models import Instance
+
+    assert not Instance.objects.filter(instance_id="rolled-back").exists()
+
+
+def test_an_event_resumes_inline():
+    instance = workflows.get("approval").create()
+    assert instance.status()["status"] == "waiting"
+    instance.send_event(type="manager-approval", payload={"outcome": "rejected"})
+    assert instance.status()["output"]["status"] == "rejected"
+
+
+def test_run_due_runs_instances_whose_wake_time_has_passed():
+    import time
+
+    instance = workflows.get("sleeper").create(params={"duration": 50})
+    assert instance.status()["status"] == "waiting"
+    assert get_executor().run_due() == 0  # not due yet
+    time.sleep(0.06)
+    assert get_executor().run_due() == 1
+    assert instance.status()["output"] == "after"

@@ -1,0 +1,66 @@
+"""Query and row counts on the hot paths: a step, a replay, a whole journal."""
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_workflows import workflows
+from django_workflows.engine import replay
+from django_workflows.models import Instance, Step
+
+
+def _statements(ctx):
+    return [q["sql"] for q in ctx.captured_queries]
+
+
+def test_a_happy_path_step_writes_one_row_in_one_statement(workflows_env):
+    small = workflows.get("loop").create(params={"n": 1})
+    big = workflows.get("loop").create(params={"n": 101})
+    workflows_env.executor.reset()
+    counts = {}
+    for instance in (small, big):
+        with CaptureQueriesContext(connection) as ctx:
+            replay(instance.pk)
+        counts[instance.pk] = len(ctx.captured_queries)
+    # 100 more steps cost exactly 100 more statements, each one INSERT of one journal row.
+    assert counts[big.pk] - counts[small.pk] == 100
+    assert Step.objects.filter(instance_id=big.pk).count() == 101
+
+
+def test_each_step_statement_is_a_single_fenced_insert(workflows_env):
+    instance = workflows.get("loop").create(params={"n": 3})
+    workflows_env.executor.reset()
+    with CaptureQueriesContext(connection) as ctx:
+        replay(instance.pk)
+    inserts = [sql for sql in _statements(ctx) if sql.startswith("INSERT INTO")]
+    assert len(inserts) == 3
+    assert all('"django_workflows_step"' in sql and "epoch" in sql and "RETURNING" in sql for sql in inserts)
+    # claim the lease, read the instance, read the journal, 3 steps, finish
+    assert len(ctx.captured_queries) == 7, _statements(ctx)
+
+
+def test_a_replay_loads_1000_journaled_steps_in_one_query(workflows_env):
+    instance = workflows.get("loop").create(params={"n": 1000, "then_sleep": True})
+    workflows_env.run_until_idle()
+    assert Step.objects.filter(instance_id=instance.pk).count() == 1001
+    Instance.objects.filter(pk=instance.pk)  # waiting on its sleep
+    workflows_env.clock.advance(__import__("datetime").timedelta(hours=1))
+    with CaptureQueriesContext(connection) as ctx:
+        assert replay(instance.pk)
+    assert instance.status()["output"] == sum(range(1000))
+    journal_reads = [sql for sql in _statements(ctx) if sql.startswith("SELECT") and "django_workflows_step" in sql]
+    assert len(journal_reads) == 1
+    # claim, read instance, read journal, mark the sleep done, finish (5): none per journaled step.
+    assert len(ctx.captured_queries) == 5, _statements(ctx)
+
+
+def test_a_wait_that_receives_a_buffered_event_costs_a_bounded_number_of_queries(workflows_env):
+    instance = workflows.get("race").create()
+    instance.send_event(type="payment-success", payload={})
+    workflows_env.executor.reset()
+    with CaptureQueriesContext(connection) as ctx:
+        replay(instance.pk)
+    assert instance.status()["status"] == "complete"
+    # claim, read instance, read journal, find event, insert step, mark event consumed, finish (7)
+    # (plus the savepoint statements of the consuming transaction on some backends)
+    non_savepoint = [s for s in _statements(ctx) if "SAVEPOINT" not in s]
+    assert len(non_savepoint) == 7, non_savepoint

@@ -1,0 +1,265 @@
+"""Workflows the test suite runs. Their behaviour is steered by params, and every step body
+counts its calls in ``calls``, so tests can tell a step that ran from one answered by the journal."""
+
+from collections import Counter
+
+from django_workflows import NonRetryableError, WorkflowEntrypoint, WorkflowTimeoutError
+
+calls: Counter = Counter()
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+class ThreeSteps(WorkflowEntrypoint):
+    def run(self, event, step):
+        a = step.do("a", lambda: calls.update(["a"]) or 1)
+
+        @step.do("b")
+        def b():
+            calls.update(["b"])
+            return {"a": a, "b": 2}
+
+        result = b()
+        c = step.do("c", lambda: calls.update(["c"]) or [a, result["b"], 3])
+        return {"sum": sum(c), "b": result, "params": event.payload}
+
+
+class Flaky(WorkflowEntrypoint):
+    """Fails ``failures`` times, then succeeds; retries as ``config`` says."""
+
+    def run(self, event, step):
+        failures = event.payload.get("failures", 2)
+
+        def attempt():
+            calls.update(["flaky"])
+            if calls["flaky"] <= failures:
+                raise ValueError(f"failure {calls['flaky']}")
+            return "ok"
+
+        return step.do("flaky", attempt, config=event.payload.get("config"))
+
+
+class NonRetryable(WorkflowEntrypoint):
+    def run(self, event, step):
+        def charge():
+            calls.update(["charge"])
+            raise PaymentDeclined("card declined")
+
+        def refuse():
+            calls.update(["refuse"])
+            raise NonRetryableError("not today")
+
+        outcome = []
+        try:
+            step.do("charge", charge, config={"retries": {"limit": 2, "delay": "1 second"}})
+        except PaymentDeclined as exc:
+            outcome.append(["declined", str(exc)])
+            step.do("compensate", lambda: calls.update(["compensate"]) or "refunded")
+        try:
+            step.do("refuse", refuse)
+        except NonRetryableError as exc:
+            outcome.append(["refused", str(exc)])
+        return outcome
+
+
+class Uncaught(WorkflowEntrypoint):
+    def run(self, event, step):
+        def boom():
+            calls.update(["boom"])
+            raise RuntimeError("it broke")
+
+        step.do("boom", boom, config={"retries": {"limit": 0}})
+
+
+class Sleeper(WorkflowEntrypoint):
+    def run(self, event, step):
+        step.do("before", lambda: calls.update(["before"]) or "before")
+        if "until" in event.payload:
+            step.sleep_until("nap", event.payload["until"])
+        else:
+            step.sleep("nap", event.payload.get("duration", "1 hour"))
+        return step.do("after", lambda: calls.update(["after"]) or "after")
+
+
+class Approval(WorkflowEntrypoint):
+    def run(self, event, step):
+        step.do("ask", lambda: calls.update(["ask"]) or "asked")
+        try:
+            decision = step.wait_for_event("approval", "manager-approval", timeout="72 hours")
+        except WorkflowTimeoutError:
+            step.do("expire", lambda: calls.update(["expire"]) or "expired")
+            return {"status": "expired"}
+        return {"status": decision.payload["outcome"], "type": decision.type,
+                "at": decision.timestamp.isoformat()}
+
+
+class Race(WorkflowEntrypoint):
+    def run(self, event, step):
+        first = step.wait_for_event("payment", ["payment-success", "payment-failure"], timeout="4 hours")
+        return {"type": first.type, "payload": first.payload}
+
+
+class TwoWaits(WorkflowEntrypoint):
+    def run(self, event, step):
+        one = step.wait_for_event("first", "tick", timeout="1 hour")
+        two = step.wait_for_event("second", "tick", timeout="1 hour")
+        return [one.payload, two.payload]
+
+
+class Loop(WorkflowEntrypoint):
+    def run(self, event, step):
+        total = 0
+        for i in range(event.payload["n"]):
+            total += step.do("item", lambda i=i: calls.update(["item"]) or i)
+        if event.payload.get("then_sleep"):
+            step.sleep("rest", "1 hour")
+        return total
+
+
+class Limited(WorkflowEntrypoint):
+    step_limit = 3
+
+    def run(self, event, step):
+        for _ in range(event.payload.get("n", 5)):
+            step.sleep("free", 0)
+            step.do("s", lambda: calls.update(["s"]))
+        return "done"
+
+
+class SwallowsEverything(WorkflowEntrypoint):
+    """A user's ``except Exception:`` around waiting steps must not swallow the suspension."""
+
+    def run(self, event, step):
+        try:
+            step.sleep("nap", "1 hour")
+        except Exception:
+            calls.update(["swallowed"])
+        try:
+            step.wait_for_event("approval", "go", timeout="1 hour")
+        except WorkflowTimeoutError:
+            return "timed out"
+        except Exception:
+            calls.update(["swallowed"])
+        return "went"
+
+
+class Shifty(WorkflowEntrypoint):
+    """Calls a sleep where an earlier replay called a do: not deterministic."""
+
+    def run(self, event, step):
+        if calls["shifty-replays"] == 0:
+            calls.update(["shifty-replays"])
+            step.do("x", lambda: 1)
+            step.sleep("wait", "1 hour")
+        else:
+            try:
+                step.sleep("x", "1 second")
+            except Exception:
+                calls.update(["caught"])
+            return "should not complete"
+
+
+class BadResult(WorkflowEntrypoint):
+    def run(self, event, step):
+        kind = event.payload["kind"]
+        if kind == "object":
+            return step.do("bad", lambda: object())
+        if kind == "big":
+            return step.do("big", lambda: "x" * (event.payload["size"]))
+        if kind == "nan":
+            return step.do("nan", lambda: float("nan"))
+        if kind == "output":
+            return {1, 2}
+        return step.do("tuple", lambda: (1, 2))
+
+
+class BadConfig(WorkflowEntrypoint):
+    def run(self, event, step):
+        return step.do("configured", lambda: 1, config=event.payload["config"])
+
+
+class BadCall(WorkflowEntrypoint):
+    def run(self, event, step):
+        what = event.payload["what"]
+        if what == "sleep":
+            step.sleep("nap", event.payload["value"])
+        elif what == "sleep_until":
+            step.sleep_until("nap", event.payload["value"])
+        elif what == "wait":
+            step.wait_for_event("w", event.payload["value"])
+        elif what == "wait_timeout":
+            step.wait_for_event("w", "ok", timeout=event.payload["value"])
+        elif what == "name":
+            step.do(event.payload["value"], lambda: 1)
+        elif what == "fn":
+            step.do("x", "not callable")
+        return "unreachable"
+
+
+class Slow(WorkflowEntrypoint):
+    """An attempt that outlives its timeout is failed and retried."""
+
+    def run(self, event, step):
+        import time
+
+        def slow():
+            calls.update(["slow"])
+            if calls["slow"] == 1:
+                give_up = time.monotonic() + 5
+                while time.monotonic() < give_up:  # busy Python code: interruptible
+                    pass
+            return "fast enough"
+
+        return step.do("slow", slow, config={"timeout": "200 milliseconds",
+                                             "retries": {"limit": 1, "delay": "1 second"}})
+
+
+class Pausable(WorkflowEntrypoint):
+    def run(self, event, step):
+        from django_workflows import workflows
+
+        def first():
+            calls.update(["first"])
+            if event.payload.get("pause_self"):
+                workflows.get("pausable").get(event.instance_id).pause()
+            return 1
+
+        step.do("first", first)
+        step.do("second", lambda: calls.update(["second"]) or 2)
+        return "done"
+
+
+class Terminator(WorkflowEntrypoint):
+    def run(self, event, step):
+        from django_workflows import workflows
+
+        def first():
+            calls.update(["first"])
+            workflows.get("terminator").get(event.instance_id).terminate()
+            return 1
+
+        step.do("first", first)
+        step.do("second", lambda: calls.update(["second"]) or 2)
+        return "done"
+
+
+class Spawner(WorkflowEntrypoint):
+    """Creates another instance from a step: the inline executor must not recurse."""
+
+    def run(self, event, step):
+        from django_workflows import workflows
+
+        step.do("spawn", lambda: workflows.get("three-steps").create(id=f"child-of-{event.instance_id}").id)
+        return "spawned"
+
+
+class ReadOnlyEvent(WorkflowEntrypoint):
+    def run(self, event, step):
+        try:
+            event.payload = {"changed": True}
+        except AttributeError as exc:
+            return {"refused": type(exc).__name__, "instance_id": event.instance_id,
+                    "workflow_name": event.workflow_name, "has_timestamp": event.timestamp is not None}
+        return "mutable"

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -13,3 +14,22 @@ class DjangoWorkflowsConfig(AppConfig):
 
         # Each installed app's workflows.py defines its workflows; importing it registers them.
         autodiscover_modules("workflows")
+        post_migrate.connect(install_fallback_schedule, sender=self)
+
+
+def install_fallback_schedule(using=None, **kwargs):
+    """Under a plain ``qcluster`` (no workflows_worker), django-q2's scheduler fires timers and sweeps
+    once a minute: slower, but nothing is left behind."""
+    from django.apps import apps
+
+    from django_workflows.conf import workflow_settings
+
+    if not workflow_settings.EXECUTOR.endswith("executors.q2.DjangoQExecutor") or not apps.is_installed("django_q"):
+        return
+    from django_q.models import Schedule
+
+    Schedule.objects.using(using).update_or_create(
+        name="django_workflows.tick",
+        defaults={"func": "django_workflows.dispatch.tick", "schedule_type": Schedule.MINUTES, "minutes": 1,
+                  "repeats": -1},
+    )

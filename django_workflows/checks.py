@@ -11,7 +11,9 @@ from django_workflows.definition import WorkflowEntrypoint, registry
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.policy import validate_config
 
-SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LEASE_SECONDS")
+SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LEASE_SECONDS",
+                 "POISON_LIMIT", "WAKE_BATCH", "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
+INTERVAL_SETTINGS = ("WAKE_INTERVAL", "SWEEP_INTERVAL")
 
 
 def _positive_int(value) -> bool:
@@ -72,6 +74,14 @@ def check_settings(app_configs=None, **kwargs):
         if not _positive_int(getattr(workflow_settings, key)):
             messages.append(Error(
                 f"DJANGO_WORKFLOWS[{key!r}] must be a positive whole number, got {getattr(workflow_settings, key)!r}.",
+                hint=f"The default is {DEFAULTS[key]}.",
+                id="django_workflows.E006",
+            ))
+    for key in INTERVAL_SETTINGS:
+        value = getattr(workflow_settings, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 60:
+            messages.append(Error(
+                f"DJANGO_WORKFLOWS[{key!r}] must be a number of seconds above 0 and at most 60, got {value!r}.",
                 hint=f"The default is {DEFAULTS[key]}.",
                 id="django_workflows.E006",
             ))

@@ -19,7 +19,7 @@ MIB = 1024 * 1024
 
 DEFAULTS: dict[str, Any] = {
     # Dotted path of the executor class that runs replays.
-    "EXECUTOR": "django_workflows.executors.inline.InlineExecutor",
+    "EXECUTOR": "django_workflows.executors.q2.DjangoQExecutor",
     # Keyword arguments for the executor class.
     "EXECUTOR_OPTIONS": {},
     # Merged under every step's own config (Cloudflare's defaults).
@@ -36,8 +36,25 @@ DEFAULTS: dict[str, Any] = {
     "MAX_EVENT_PAYLOAD_SIZE": MIB,
     # Bytes of an instance's params, once encoded as JSON.
     "MAX_PARAMS_SIZE": MIB,
-    # Seconds a replay holds an instance's lease before another worker may take it over.
-    "LEASE_SECONDS": 300,
+    # Seconds a replay's lease lasts unless renewed; a running replay renews it every third of that.
+    # After a worker dies, its instances wait this long before another worker takes them over.
+    "LEASE_SECONDS": 60,
+    # Replays in a row that end with their lease expired (the worker died) before the instance
+    # is parked as errored instead of being delivered again.
+    "POISON_LIMIT": 3,
+    # Seconds; the wake-up loop never sleeps longer than this between looks at the next wake time.
+    "WAKE_INTERVAL": 1.0,
+    # Instances the wake-up loop claims per query.
+    "WAKE_BATCH": 500,
+    # Seconds between sweeps for expired leases and lost replay tasks.
+    "SWEEP_INTERVAL": 5.0,
+    # Seconds an instance may stay queued before the sweeper enqueues its replay again.
+    "REDISPATCH_SECONDS": 60,
+    # Seconds without a heartbeat before the health check calls a worker dead.
+    "HEARTBEAT_STALE_SECONDS": 30,
+    # Seconds a probe task may go unanswered, with no replay finishing, before the worker
+    # command restarts its django-q2 cluster as wedged.
+    "WEDGE_SECONDS": 120,
 }
 
 # The most a workflow class may raise its own step limit to.

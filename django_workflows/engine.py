@@ -15,11 +15,12 @@ import os
 import re
 import socket
 import threading
+import time
 import traceback
 from datetime import UTC, datetime, timedelta
 
 from django.db import router, transaction
-from django.db.models import Case, DateTimeField, F, Value, When
+from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Value, When
 from django.db.models.functions import Coalesce
 
 from django_workflows import clock
@@ -31,6 +32,7 @@ from django_workflows.errors import (
     InvalidStepInput,
     NonDeterminismError,
     NonRetryableError,
+    PoisonInstance,
     StepLimitExceeded,
     StepResultError,
     StepTimeoutError,
@@ -40,9 +42,11 @@ from django_workflows.errors import (
 )
 from django_workflows.executors import get_executor
 from django_workflows.journal import Entry, Fenced, JournalWriter, encoded, load
+from django_workflows.leases import keeper
 from django_workflows.models import Event, Instance, InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import StepPolicy, build_policy
 from django_workflows.serialization import NotJournalable, encode
+from django_workflows.signals import replay_finished, replay_started
 from django_workflows.timeouts import AttemptTimedOut, call_with_timeout
 
 MAX_STEP_NAME = 256
@@ -192,8 +196,16 @@ def enqueue(instance_pk: int) -> None:
         )
 
 
+_TAKEN_OVER = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
+
+
 def replay(instance_pk: int) -> bool:
-    """Run one replay of the instance if it is runnable; return whether one ran."""
+    """Run one replay of the instance if it is runnable; return whether one ran.
+
+    Any number of deliveries of the same replay may arrive, from any number of
+    workers: the conditional UPDATE that takes the lease lets one through, and
+    the others return at once.
+    """
     now = clock.now()
     claimed = Instance.objects.runnable(now).filter(pk=instance_pk).update(
         status=Case(
@@ -201,6 +213,12 @@ def replay(instance_pk: int) -> bool:
             default=Value(InstanceStatus.RUNNING),
         ),
         epoch=F("epoch") + 1,
+        # Taking over an expired lease means the last replay died without finishing.
+        crash_count=Case(
+            When(status__in=_TAKEN_OVER, then=F("crash_count") + 1),
+            default=F("crash_count"),
+            output_field=PositiveIntegerField(),
+        ),
         lease_owner=_lease_owner(),
         lease_expires_at=now + timedelta(seconds=workflow_settings.LEASE_SECONDS),
         wake_at=None,
@@ -210,9 +228,17 @@ def replay(instance_pk: int) -> bool:
     if not claimed:
         return False
     instance = Instance.objects.only(
-        "workflow_name", "instance_id", "params", "status", "epoch", "created_at"
+        "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count"
     ).get(pk=instance_pk)
-    Replay(instance).run()
+    signal_args = {"instance_pk": instance_pk, "epoch": instance.epoch, "workflow_name": instance.workflow_name}
+    replay_started.send(sender=Instance, started=time.time(), **signal_args)
+    outcome, current = "fenced", Replay(instance)
+    try:
+        with keeper.hold(instance_pk, instance.epoch):
+            outcome = current.run()
+    finally:
+        replay_finished.send(sender=Instance, outcome=outcome, released=current.released or time.time(),
+                             **signal_args)
     return True
 
 
@@ -227,28 +253,38 @@ class Replay:
         self.step_limit = workflow_settings.STEP_LIMIT
         self.fatal: WorkflowError | None = None
         self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
+        # Wall-clock time just before the write that releases the lease, for replay_finished.
+        self.released: float | None = None
 
     # The outcome of the whole replay.
 
-    def run(self) -> None:
+    def run(self) -> str:
+        """Run the replay; return its outcome (the status it left, or "fenced")."""
         try:
-            self._run()
+            return self._run()
         except Fenced:
             # Terminated, restarted or taken over while this replay ran: its work is not ours to record.
-            pass
+            return "fenced"
 
-    def _run(self) -> None:
+    def _run(self) -> str:
         instance = self.instance
+        poison_limit = workflow_settings.POISON_LIMIT
+        if instance.crash_count >= poison_limit:
+            return self.errored(PoisonInstance(
+                f"Instance {instance} was parked: {instance.crash_count} replays in a row ended with the "
+                f"worker gone before they finished (the limit is POISON_LIMIT = {poison_limit}). A step "
+                "probably kills or hangs its process (memory, a segfault, a timeout of the task queue). "
+                "Fix the step, then restart() the instance.",
+                crash_count=instance.crash_count,
+            ), "")
         try:
             workflow_class = registry.get(instance.workflow_name)
         except WorkflowNotFound as exc:
-            self.errored(exc, "")
-            return
+            return self.errored(exc, "")
         if workflow_class.step_limit is not None:
             self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
-            self.suspend(Suspend(pause=True))
-            return
+            return self.suspend(Suspend(pause=True))
         self.journal = load(self.pk)
         event = WorkflowEvent(
             payload=instance.params,
@@ -260,47 +296,46 @@ class Replay:
             output = workflow_class().run(event, WorkflowStep(self))
         except Suspend as suspension:
             if self.fatal is not None:
-                self.errored(self.fatal, "")
-            else:
-                self.suspend(suspension)
+                return self.errored(self.fatal, "")
+            return self.suspend(suspension)
         except Exception as exc:
-            self.errored(self.fatal or exc, traceback.format_exc())
-        else:
-            if self.fatal is not None:
-                self.errored(self.fatal, "")
-            else:
-                self.complete(output)
+            return self.errored(self.fatal or exc, traceback.format_exc())
+        if self.fatal is not None:
+            return self.errored(self.fatal, "")
+        return self.complete(output)
 
     def _finish(self, **fields) -> int:
+        self.released = time.time()
         now = clock.now()
         return Instance.objects.filter(pk=self.pk, epoch=self.writer.epoch).update(
-            lease_owner="", lease_expires_at=None, updated_at=now, **fields
+            lease_owner="", lease_expires_at=None, crash_count=0, updated_at=now, **fields
         )
 
-    def complete(self, output) -> None:
+    def complete(self, output) -> str:
         try:
             encode(output, self.result_limit)
         except NotJournalable as exc:
-            self.errored(StepResultError(f"The output of run() {exc}"), "")
-            return
+            return self.errored(StepResultError(f"The output of run() {exc}"), "")
         now = clock.now()
         if not self._finish(status=InstanceStatus.COMPLETE, output=output, ended_at=now, wake_at=None,
                             waiting_for=None, current_step=""):
             raise Fenced()
+        return InstanceStatus.COMPLETE
 
-    def errored(self, exc: BaseException, tb: str) -> None:
+    def errored(self, exc: BaseException, tb: str) -> str:
         error = describe_error(exc)
         del error["type"]
         now = clock.now()
         if not self._finish(status=InstanceStatus.ERRORED, error=error, traceback=tb, ended_at=now,
                             wake_at=None, waiting_for=None):
             raise Fenced()
+        return InstanceStatus.ERRORED
 
-    def suspend(self, suspension: Suspend) -> None:
+    def suspend(self, suspension: Suspend) -> str:
         if suspension.pause:
             if not self._finish(status=InstanceStatus.PAUSED, current_step=suspension.step_key):
                 raise Fenced()
-            return
+            return InstanceStatus.PAUSED
         with transaction.atomic(using=self.writer.alias):
             # A pause asked while the replay ran takes effect now that it stops.
             updated = self._finish(
@@ -317,7 +352,12 @@ class Replay:
             # An event may have been sent between the inbox check and this update; the row lock
             # that update holds orders us after that sender, so this read sees its event.
             if suspension.waiting_for and Event.objects.waiting_for(self.pk, suspension.waiting_for).exists():
+                Instance.objects.filter(pk=self.pk, status=InstanceStatus.WAITING).update(
+                    status=InstanceStatus.QUEUED
+                )
                 enqueue(self.pk)
+                return InstanceStatus.QUEUED
+        return InstanceStatus.WAITING
 
     # Bookkeeping shared by the steps.
 

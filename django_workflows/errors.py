@@ -88,3 +88,7 @@ class InvalidEvent(WorkflowError, ValueError):
 
 class InvalidParams(WorkflowError, ValueError):
     """An instance id or params are not acceptable."""
+
+
+class PoisonInstance(WorkflowError):
+    """Replays of the instance kept dying with their worker; it was parked instead of delivered again."""

@@ -262,6 +262,8 @@ class InstanceHandle:
                 )
             Event.objects.create(instance_id=self.pk, type=type, payload=payload, received_at=now, sender=sender)
             if row["status"] == InstanceStatus.WAITING and type in (row["waiting_for"] or ()):
+                # Queued, so that the sweeper re-enqueues it should the replay task be lost.
+                self._rows().update(status=InstanceStatus.QUEUED, updated_at=now)
                 enqueue(self.pk)
 
 

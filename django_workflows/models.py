@@ -43,6 +43,10 @@ class InstanceQuerySet(models.QuerySet):
             status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now
         )
 
+    def stale_queued(self, before):
+        """Queued instances untouched since ``before``: their replay task may have been lost."""
+        return self.filter(status=InstanceStatus.QUEUED, updated_at__lt=before)
+
     def runnable(self, now):
         """Instances a replay may claim now."""
         return self.filter(
@@ -73,6 +77,9 @@ class Instance(models.Model):
     epoch = models.PositiveBigIntegerField(
         default=0, help_text="Fencing token: bumped by every lease taken and every terminate or restart."
     )
+    crash_count = models.PositiveIntegerField(
+        default=0, help_text="Replays in a row whose lease expired before they finished (a dead worker)."
+    )
 
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -94,6 +101,7 @@ class Instance(models.Model):
                 fields=["wake_at"], name="dw_instance_due", condition=Q(status=InstanceStatus.WAITING)
             ),
             models.Index(fields=["workflow_name", "status"], name="dw_instance_by_status"),
+            models.Index(fields=["status", "updated_at"], name="dw_instance_status_updated"),
             models.Index(
                 fields=["lease_expires_at"],
                 name="dw_instance_leased",
@@ -186,3 +194,24 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} for {self.instance_id}"
+
+
+class WorkerHeartbeat(models.Model):
+    """What a running ``workflows_worker`` last said about itself, for the health check."""
+
+    worker_id = models.CharField(max_length=200, unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    cluster_restarts = models.PositiveIntegerField(default=0)
+    wakeups = models.PositiveBigIntegerField(default=0, help_text="Instances woken by this worker's timers.")
+    redispatched = models.PositiveBigIntegerField(default=0, help_text="Replays re-enqueued by the sweeper.")
+    probe_sent_at = models.DateTimeField(null=True, blank=True)
+    probe_answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen"]
+
+    def __str__(self) -> str:
+        return self.worker_id

@@ -22,3 +22,10 @@ def _reset_calls():
     calls.clear()
     yield
     calls.clear()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

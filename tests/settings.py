@@ -21,7 +21,7 @@ INSTALLED_APPS = [
     "django_q",
     "rest_framework",
     "django_workflows",
-    "tests.testapp",
+    "tests.testapp.apps.TestAppConfig",
 ]
 
 MIDDLEWARE = [
@@ -70,6 +70,9 @@ SQLITE_OPTIONS = {
 
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+    if os.environ.get("TEST_DATABASE_NAME"):
+        # A worker subprocess started by a test: use that test's database.
+        DATABASES["default"]["NAME"] = os.environ["TEST_DATABASE_NAME"]
 else:
     # File-backed, so threads and worker subprocesses share one database.
     DATABASES = {
@@ -80,7 +83,29 @@ else:
             "TEST": {"NAME": str(SQLITE_DIR / f"django-workflows-test-{os.getpid()}.sqlite3")},
         }
     }
+    if os.environ.get("TEST_DATABASE_NAME"):
+        DATABASES["default"]["NAME"] = os.environ["TEST_DATABASE_NAME"]
 
-Q_CLUSTER = {"name": "tests", "orm": "default", "workers": 2, "timeout": 60, "retry": 120}
+# The recommended django-q2 settings (README, "Running in production"). TEST_BROKER=redis switches
+# to the Redis broker for the worker tests that run against it.
+Q_CLUSTER = {
+    "name": os.environ.get("TEST_Q_CLUSTER_NAME", "tests"),
+    "workers": 2,
+    "timeout": 900,
+    "retry": 960,
+    "ack_failures": True,
+    "save_limit": -1,
+    "queue_limit": 8,
+    "poll": 0.05,
+    "catch_up": False,
+}
+if os.environ.get("TEST_BROKER") == "redis":
+    Q_CLUSTER["redis"] = {"host": "127.0.0.1", "port": 6379, "db": int(os.environ.get("TEST_REDIS_DB", "5"))}
+else:
+    Q_CLUSTER["orm"] = "default"
 
 DJANGO_WORKFLOWS = {}
+if os.environ.get("TEST_WORKFLOWS_SETTINGS"):
+    import json
+
+    DJANGO_WORKFLOWS = json.loads(os.environ["TEST_WORKFLOWS_SETTINGS"])

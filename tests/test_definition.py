@@ -109,9 +109,9 @@ def test_settings_are_read_lazily_and_follow_override_settings():
 def test_the_executor_follows_settings():
     from django_workflows.executors import get_executor
     from django_workflows.executors.inline import InlineExecutor
-    from django_workflows.testing import RecordingExecutor
+    from django_workflows.executors.q2 import DjangoQExecutor
 
-    assert isinstance(get_executor(), InlineExecutor)
-    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "django_workflows.testing.RecordingExecutor"}):
-        assert isinstance(get_executor(), RecordingExecutor)
-    assert isinstance(get_executor(), InlineExecutor)
+    assert isinstance(get_executor(), DjangoQExecutor)  # the default
+    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}):
+        assert isinstance(get_executor(), InlineExecutor)
+    assert isinstance(get_executor(), DjangoQExecutor)

@@ -11,6 +11,11 @@ from tests.testapp.workflows import calls
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def inline_executor(settings):
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+
+
 def test_create_runs_the_instance_on_commit():
     assert isinstance(get_executor(), InlineExecutor)
     instance = workflows.get("three-steps").create(params={})

@@ -60,5 +60,16 @@ DATABASES = {
     }
 }
 
-Q_CLUSTER = {"name": "example", "orm": "default", "workers": 2, "timeout": 60, "retry": 120}
+Q_CLUSTER = {
+    "name": "example",
+    "orm": "default",
+    "workers": 2,
+    "timeout": 900,
+    "retry": 960,
+    "ack_failures": True,
+    "save_limit": -1,
+    "queue_limit": 8,
+    "poll": 0.1,
+    "catch_up": False,
+}
 DJANGO_WORKFLOWS = {}

@@ -263,3 +263,88 @@ class ReadOnlyEvent(WorkflowEntrypoint):
             return {"refused": type(exc).__name__, "instance_id": event.instance_id,
                     "workflow_name": event.workflow_name, "has_timestamp": event.timestamp is not None}
         return "mutable"
+
+
+# Workflows for the tests that run real worker processes: their side effects are counted in the
+# database (SideEffect), since the steps run in other processes.
+
+
+def _bump(name):
+    from tests.testapp.models import SideEffect
+
+    return SideEffect.bump(name)
+
+
+class Napper(WorkflowEntrypoint):
+    def run(self, event, step):
+        import time
+
+        step.sleep("nap", event.payload.get("duration", "2 seconds"))
+        return step.do("woke", lambda: {"at": time.time()})
+
+
+class Awaiter(WorkflowEntrypoint):
+    def run(self, event, step):
+        import time
+
+        got = step.wait_for_event("go", "go", timeout="1 hour")
+        return step.do("resumed", lambda: {"at": time.time(), "payload": got.payload})
+
+
+class Crashable(WorkflowEntrypoint):
+    """Its middle step, the first time, records its process id and hangs until that process is killed."""
+
+    def run(self, event, step):
+        import os
+        import time
+
+        marker = event.payload["marker"]
+        step.do("before", lambda: _bump(f"{event.instance_id}:before"))
+
+        def victim():
+            if _bump(f"{event.instance_id}:victim") == 1:
+                with open(marker, "w") as f:
+                    f.write(str(os.getpid()))
+                for _ in range(600):
+                    time.sleep(0.1)
+            return "survived"
+
+        step.do("victim", victim, config={"retries": {"limit": 0}})
+        if event.payload.get("then_sleep"):
+            step.sleep("nap", "1 second")
+        step.do("after", lambda: _bump(f"{event.instance_id}:after"))
+        return "done"
+
+
+class Quick(WorkflowEntrypoint):
+    def run(self, event, step):
+        for name in ("one", "two", "three"):
+            step.do(name, lambda name=name: _bump(f"{event.instance_id}:{name}"))
+        return "done"
+
+
+class Poison(WorkflowEntrypoint):
+    def run(self, event, step):
+        import os
+        import signal
+
+        def kill_my_worker():
+            _bump(f"{event.instance_id}:poison")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        step.do("kill-my-worker", kill_my_worker)
+        return "unreachable"
+
+
+class LongStep(WorkflowEntrypoint):
+    """One step that runs longer than the lease: the lease must be renewed, not taken over."""
+
+    def run(self, event, step):
+        import time
+
+        def long():
+            _bump(f"{event.instance_id}:long")
+            time.sleep(event.payload.get("seconds", 5))
+            return "done"
+
+        return step.do("long", long)

@@ -1,0 +1,112 @@
+"""The timers and the safety net: waking due instances, and re-enqueueing lost or orphaned replays.
+
+Both are plain functions over the workflow tables, run by ``workflows_worker``'s
+loops (and, as a slower fallback, by django-q2's scheduler under a plain
+``qcluster``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import connections, router, transaction
+from django.db.models import Case, F, Value, When
+
+from django_workflows import clock
+from django_workflows.conf import workflow_settings
+from django_workflows.engine import enqueue
+from django_workflows.models import Instance, InstanceStatus
+
+
+def _claim_sql(connection) -> str:
+    table = connection.ops.quote_name(Instance._meta.db_table)
+    # SKIP LOCKED lets several wake-up loops (one per machine) share the due instances
+    # without waiting on each other; SQLite has one writer at a time anyway.
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    return (
+        f"UPDATE {table} SET status = %s, updated_at = %s "
+        f"WHERE status = %s AND id IN ("
+        f"SELECT id FROM {table} WHERE status = %s AND wake_at <= %s ORDER BY wake_at LIMIT %s{lock}"
+        f") RETURNING id"
+    )
+
+
+def wake_due(now: datetime | None = None) -> int:
+    """Queue every waiting instance whose wake time has passed and enqueue its replay; return how many."""
+    alias = router.db_for_write(Instance)
+    connection = connections[alias]
+    now = now or clock.now()
+    batch = workflow_settings.WAKE_BATCH
+    woken = 0
+    while True:
+        with transaction.atomic(using=alias):
+            with connection.cursor() as cursor:
+                cursor.execute(_claim_sql(connection), [
+                    InstanceStatus.QUEUED, connection.ops.adapt_datetimefield_value(now), InstanceStatus.WAITING,
+                    InstanceStatus.WAITING, connection.ops.adapt_datetimefield_value(now), batch,
+                ])
+                claimed = [row[0] for row in cursor.fetchall()]
+            for pk in claimed:
+                enqueue(pk)
+        woken += len(claimed)
+        if len(claimed) < batch:
+            return woken
+
+
+def next_wake_time() -> datetime | None:
+    """The earliest wake time among waiting instances (one index lookup)."""
+    return (
+        Instance.objects.filter(status=InstanceStatus.WAITING, wake_at__isnull=False)
+        .order_by("wake_at")
+        .values_list("wake_at", flat=True)
+        .first()
+    )
+
+
+def sweep(now: datetime | None = None) -> int:
+    """Re-enqueue replays that will not happen otherwise; return how many.
+
+    - an instance whose lease expired (its worker died mid-replay) is queued again, counting the crash,
+      or, if it was waiting for a pause, paused;
+    - an instance queued for longer than ``REDISPATCH_SECONDS`` (its task was lost, as the Redis broker
+      loses the task of a worker that dies) gets its replay enqueued again.
+    """
+    alias = router.db_for_write(Instance)
+    now = now or clock.now()
+    redispatched = 0
+    with transaction.atomic(using=alias):
+        expired = list(
+            Instance.objects.expired_leases(now).select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)[: workflow_settings.WAKE_BATCH]
+        )
+        if expired:
+            Instance.objects.expired_leases(now).filter(pk__in=expired).update(
+                status=Case(
+                    When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.PAUSED)),
+                    default=Value(InstanceStatus.QUEUED),
+                ),
+                crash_count=F("crash_count") + 1, lease_owner="", lease_expires_at=None, updated_at=now,
+            )
+            for pk in Instance.objects.filter(pk__in=expired, status=InstanceStatus.QUEUED).values_list(
+                "pk", flat=True
+            ):
+                enqueue(pk)
+                redispatched += 1
+    with transaction.atomic(using=alias):
+        before = now - timedelta(seconds=workflow_settings.REDISPATCH_SECONDS)
+        stale = list(
+            Instance.objects.stale_queued(before).select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)[: workflow_settings.WAKE_BATCH]
+        )
+        if stale:
+            Instance.objects.stale_queued(before).filter(pk__in=stale).update(updated_at=now)
+            for pk in stale:
+                enqueue(pk)
+            redispatched += len(stale)
+    return redispatched
+
+
+def tick() -> None:
+    """One round of timers and sweeping: the fallback that django-q2's scheduler runs under ``qcluster``."""
+    wake_due()
+    sweep()

@@ -1,0 +1,135 @@
+"""Replays on a django-q2 cluster: the production executor.
+
+One replay is one django-q2 task whose only argument is the instance's
+primary key. With the ORM broker on the workflow tables' own database, the
+task row is written inside the transaction that made the instance runnable,
+so it exists exactly when that change commits; with another broker (Redis) it
+is pushed once the transaction commits. Either way a lost or duplicated task
+is harmless: the sweeper re-enqueues instances whose task went missing, and
+the lease turns duplicates into no-ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.core.checks import Error, Warning
+from django.db import router
+
+from django_workflows.executors.base import BaseExecutor
+
+REPLAY_TASK = "django_workflows.executors.q2.run_replay"
+PROBE_TASK = "django_workflows.executors.q2.answer_probe"
+TASK_GROUP = "django_workflows"
+
+
+def q_cluster() -> dict:
+    return getattr(settings, "Q_CLUSTER", None) or {}
+
+
+def uses_orm_broker() -> bool:
+    conf = q_cluster()
+    return bool(conf.get("orm")) and not conf.get("redis") and not conf.get("django_redis")
+
+
+class DjangoQExecutor(BaseExecutor):
+    """Enqueues each replay as a django-q2 task for ``manage.py workflows_worker`` (or ``qcluster``)."""
+
+    @property
+    def enqueues_in_transaction(self) -> bool:  # type: ignore[override]
+        from django_workflows.models import Instance
+
+        return uses_orm_broker() and q_cluster()["orm"] == router.db_for_write(Instance)
+
+    def enqueue_replay(self, instance_pk: int) -> None:
+        from django_q.tasks import async_task
+
+        # save=False: a replay's outcome lives in the workflow tables, not in django-q2's results.
+        async_task(REPLAY_TASK, instance_pk, task_name=f"replay-{instance_pk}", group=TASK_GROUP,
+                   save=False, ack_failure=True)
+
+    def enqueue_probe(self, worker_id: str) -> None:
+        from django_q.tasks import async_task
+
+        async_task(PROBE_TASK, worker_id, task_name=f"probe-{worker_id}", group=TASK_GROUP, save=False,
+                   ack_failure=True)
+
+    def check(self) -> Iterable:
+        from django_workflows.conf import workflow_settings
+        from django_workflows.durations import parse_duration
+
+        conf = q_cluster()
+        messages = []
+        if not conf or not (conf.get("orm") or conf.get("redis") or conf.get("django_redis")):
+            messages.append(Warning(
+                "Q_CLUSTER names no broker, so django-q2 falls back to Redis on localhost.",
+                hint="Set Q_CLUSTER = {'name': 'workflows', 'orm': 'default', ...} for the ORM broker on "
+                     "your database, or 'redis': {...} for Redis.",
+                id="django_workflows.W101",
+            ))
+        timeout, retry = conf.get("timeout"), conf.get("retry", 60)
+        if timeout is not None and retry is not None and timeout >= retry:
+            messages.append(Error(
+                f"Q_CLUSTER timeout ({timeout}) is not below retry ({retry}): a replay still running when "
+                "retry passes is delivered to a second worker.",
+                hint="Keep timeout a little below retry, e.g. timeout 1800 and retry 1860.",
+                id="django_workflows.E102",
+            ))
+        try:
+            step_timeout = parse_duration(workflow_settings.DEFAULT_STEP_CONFIG["timeout"]).total_seconds()
+        except Exception:
+            step_timeout = None  # reported by E003
+        if timeout is not None and step_timeout is not None and timeout <= step_timeout:
+            messages.append(Warning(
+                f"Q_CLUSTER timeout ({timeout} s) is not above the default step timeout ({step_timeout:g} s): "
+                "django-q2 kills the worker before a step's own timeout fails the attempt, and the "
+                "instance counts a crash.",
+                hint="Raise Q_CLUSTER timeout above the longest step timeout, or lower DEFAULT_STEP_CONFIG's.",
+                id="django_workflows.W103",
+            ))
+        lease = workflow_settings.LEASE_SECONDS
+        if isinstance(lease, int) and retry and lease >= retry:
+            messages.append(Warning(
+                f"LEASE_SECONDS ({lease}) is not below Q_CLUSTER retry ({retry}): when a worker dies, its "
+                "instances wait for the lease longer than django-q2 waits to deliver their task again.",
+                hint="A running replay renews its lease, so the lease can be short: 30 to 60 seconds.",
+                id="django_workflows.W104",
+            ))
+        if "queue_limit" in conf and (conf["queue_limit"] is None or conf["queue_limit"] <= 0):
+            messages.append(Warning(
+                "Q_CLUSTER queue_limit is unbounded: a worker prefetches without limit, and a dead worker "
+                "takes every prefetched task with it.",
+                hint="Leave queue_limit out (workers squared) or set a small number such as 4 per worker.",
+                id="django_workflows.W105",
+            ))
+        if not conf.get("ack_failures", False):
+            messages.append(Warning(
+                "Q_CLUSTER ack_failures is not True: any task that fails in the queue replays share is "
+                "delivered again every retry seconds, for ever unless max_attempts is set, crowding out replays.",
+                hint="Set 'ack_failures': True (replay tasks are acknowledged either way; the workflow tables "
+                     "keep every failure, and the sweeper re-enqueues what needs it).",
+                id="django_workflows.W106",
+            ))
+        if conf.get("save_limit", 250) == 0:
+            messages.append(Warning(
+                "Q_CLUSTER save_limit is 0 (unlimited): django-q2's task table grows without end.",
+                hint="Set save_limit to a bound, or -1 to keep no successful tasks.",
+                id="django_workflows.W107",
+            ))
+        return messages
+
+
+def run_replay(instance_pk: int) -> None:
+    """The django-q2 task: one replay of one instance."""
+    from django_workflows.engine import replay
+
+    replay(instance_pk)
+
+
+def answer_probe(worker_id: str) -> None:
+    """The wedge probe: proves that the cluster still takes tasks from its queue."""
+    from django_workflows import clock
+    from django_workflows.models import WorkerHeartbeat
+
+    WorkerHeartbeat.objects.filter(worker_id=worker_id).update(probe_answered_at=clock.now())

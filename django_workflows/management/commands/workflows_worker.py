@@ -1,0 +1,22 @@
+from django.core.management.base import BaseCommand
+
+from django_workflows.worker import Worker
+
+
+class Command(BaseCommand):
+    help = (
+        "Run replays: a django-q2 cluster, the wake-up loop that fires timers within a second, and the "
+        "sweeper that recovers replays of dead workers. Stops gracefully on SIGTERM or SIGINT (twice forces)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--workers", type=int, default=None, help="django-q2 worker processes (default: Q_CLUSTER's).")
+        parser.add_argument("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
+        parser.add_argument("--no-cluster", action="store_true",
+                            help="Run only the wake-up loop and the sweeper (replays run in a separate qcluster).")
+
+    def handle(self, *args, workers, max_seconds, no_cluster, **options):
+        if workers is not None and workers < 1:
+            self.stderr.write("--workers must be 1 or more.")
+            raise SystemExit(2)
+        Worker(workers=workers, max_seconds=max_seconds, run_cluster=not no_cluster).run()

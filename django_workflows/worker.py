@@ -1,0 +1,232 @@
+"""The operator's process: a django-q2 cluster, the wake-up loop and the sweeper, together.
+
+``manage.py workflows_worker`` only parses arguments and runs ``Worker``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+from django.db import close_old_connections, connections
+from django.db.models import F
+
+from django_workflows import clock
+from django_workflows.conf import workflow_settings
+from django_workflows.dispatch import next_wake_time, sweep, wake_due
+from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
+
+logger = logging.getLogger("django_workflows.worker")
+
+
+def _children_of(pid: int) -> list[int]:
+    """Direct children of ``pid``, read from /proc (Linux); empty where /proc is missing."""
+    children = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return children
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(entry))
+    return children
+
+
+class ClusterProcess:
+    """The django-q2 cluster this worker runs, started, watched and, if wedged, restarted."""
+
+    def __init__(self, workers: int | None):
+        self.workers = workers
+        self.cluster = None
+
+    def start(self) -> None:
+        from django_q.cluster import Cluster
+        from django_q.conf import Conf
+
+        if self.workers:
+            Conf.WORKERS = self.workers
+        # The cluster's processes are forked: they must not inherit this process's database
+        # connections, or closing theirs would close ours at the server.
+        connections.close_all()
+        handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+        self.cluster = Cluster()
+        # django-q2's Cluster installs its own handlers; the worker's come first.
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+        self.cluster.start()
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.cluster and self.cluster.sentinel and self.cluster.sentinel.is_alive())
+
+    def stop(self, wait: float = 60.0) -> None:
+        """Stop gracefully (workers finish their current task), forcing it after ``wait`` seconds."""
+        if not self.alive:
+            return
+        stopper = threading.Thread(target=self.cluster.stop, daemon=True)
+        stopper.start()
+        stopper.join(wait)
+        if self.alive:
+            self.kill()
+
+    def kill(self) -> None:
+        if not (self.cluster and self.cluster.sentinel):
+            return
+        sentinel = self.cluster.sentinel.pid
+        for pid in [*_children_of(sentinel), sentinel]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.cluster.sentinel.join(5)
+
+
+class Worker:
+    """Runs until told to stop (SIGTERM or SIGINT; a second one forces) or ``max_seconds`` pass."""
+
+    def __init__(self, *, workers: int | None = None, max_seconds: float | None = None,
+                 run_cluster: bool = True, probe_interval: float | None = None):
+        self.max_seconds = max_seconds
+        self.cluster = ClusterProcess(workers) if run_cluster else None
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.stop_event = threading.Event()
+        self.signals = 0
+        self.probe_interval = probe_interval
+        self.started = time.monotonic()
+        self._last_sweep = 0.0
+        self._last_probe = 0.0
+
+    # Signals.
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            logger.info("Stopping after the current replays (signal %s again to force).", signum)
+            self.stop_event.set()
+            return
+        logger.warning("Forced stop.")
+        if self.cluster:
+            self.cluster.kill()
+        os._exit(1)
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    # The loop.
+
+    def run(self) -> None:
+        self.install_signal_handlers()
+        now = clock.now()
+        WorkerHeartbeat.objects.update_or_create(
+            worker_id=self.worker_id,
+            defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "started_at": now, "last_seen": now},
+        )
+        if self.cluster:
+            self.cluster.start()
+        try:
+            while not self.stop_event.is_set():
+                if self.max_seconds is not None and time.monotonic() - self.started >= self.max_seconds:
+                    break
+                close_old_connections()
+                try:
+                    pause = self.run_once()
+                except Exception:
+                    # A database restart or a network blip: log it, wait a moment, carry on.
+                    logger.exception("Worker loop failed; retrying in a second.")
+                    close_old_connections()
+                    pause = 1.0
+                self.stop_event.wait(pause)
+        finally:
+            if self.cluster:
+                self.cluster.stop()
+            close_old_connections()
+            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).delete()
+
+    def run_once(self) -> float:
+        """One look at the timers (and, when due, one sweep); return how long to sleep."""
+        interval = workflow_settings.WAKE_INTERVAL
+        now = clock.now()
+        next_wake = next_wake_time()
+        woken = 0
+        if next_wake is not None and next_wake <= now:
+            woken = wake_due(now)
+            next_wake = next_wake_time()
+        monotonic = time.monotonic()
+        if monotonic - self._last_sweep >= workflow_settings.SWEEP_INTERVAL:
+            self._last_sweep = monotonic
+            self.sweep_and_beat(woken)
+        elif woken:
+            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
+                wakeups=F("wakeups") + woken
+            )
+        if next_wake is None:
+            return interval
+        return max(0.0, min(interval, (next_wake - clock.now()).total_seconds()))
+
+    def sweep_and_beat(self, woken: int = 0) -> None:
+        redispatched = sweep()
+        now = clock.now()
+        WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
+            last_seen=now, wakeups=F("wakeups") + woken, redispatched=F("redispatched") + redispatched
+        )
+        if self.cluster:
+            self.watch_cluster(now)
+
+    def watch_cluster(self, now) -> None:
+        """Restart the django-q2 cluster if its sentinel died, or if it stopped taking tasks."""
+        if not self.cluster.alive:
+            logger.error("The django-q2 cluster is gone; starting it again.")
+            self.restart_cluster()
+            return
+        wedge = workflow_settings.WEDGE_SECONDS
+        probe_interval = self.probe_interval or wedge / 4
+        beat = WorkerHeartbeat.objects.filter(worker_id=self.worker_id).values(
+            "probe_sent_at", "probe_answered_at").first() or {}
+        sent, answered = beat.get("probe_sent_at"), beat.get("probe_answered_at")
+        outstanding = sent is not None and (answered is None or answered < sent)
+        if outstanding and now - sent > timedelta(seconds=wedge):
+            # The probe may just be queued behind a backlog: a cluster that still finishes
+            # replays is busy, not wedged.
+            progressing = (
+                Instance.objects.filter(updated_at__gte=sent).exclude(status=InstanceStatus.QUEUED).exists()
+            )
+            if not progressing:
+                logger.error("The django-q2 cluster took no task for %s s; restarting it.", wedge)
+                self.restart_cluster()
+                return
+        if not outstanding and time.monotonic() - self._last_probe >= probe_interval:
+            from django_workflows.executors.q2 import DjangoQExecutor
+
+            self._last_probe = time.monotonic()
+            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(probe_sent_at=now)
+            DjangoQExecutor().enqueue_probe(self.worker_id)
+
+    def restart_cluster(self) -> None:
+        self.cluster.stop(wait=10)
+        self.cluster.start()
+        WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
+            cluster_restarts=F("cluster_restarts") + 1, probe_sent_at=None, probe_answered_at=None
+        )
+
+
+def health(max_age: float | None = None) -> dict:
+    """The heartbeats of live workers, and whether any is fresh enough: for a health endpoint or probe."""
+    max_age = workflow_settings.HEARTBEAT_STALE_SECONDS if max_age is None else max_age
+    cutoff = clock.now() - timedelta(seconds=max_age)
+    beats = list(WorkerHeartbeat.objects.values("worker_id", "hostname", "pid", "last_seen", "cluster_restarts"))
+    fresh = [beat for beat in beats if beat["last_seen"] >= cutoff]
+    return {"healthy": bool(fresh), "workers": beats, "fresh": len(fresh), "max_age": max_age}

@@ -1,0 +1,149 @@
+"""The wake-up claim, the sweeper, the django-q2 executor's checks and the qcluster fallback, in-process."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_workflows import workflows
+from django_workflows.dispatch import next_wake_time, sweep, wake_due
+from django_workflows.executors.q2 import DjangoQExecutor
+from django_workflows.models import Instance
+from tests.testapp.workflows import calls
+
+
+def test_wake_due_claims_only_due_instances_in_one_query(workflows_env):
+    due = workflows.get("sleeper").create(params={"duration": "1 minute"})
+    later = workflows.get("sleeper").create(params={"duration": "1 hour"})
+    workflows_env.run_until_idle()
+    workflows_env.executor.reset()
+    assert next_wake_time() == workflows_env.now + timedelta(minutes=1)
+    workflows_env.clock.advance(timedelta(minutes=2))
+    with CaptureQueriesContext(connection) as ctx:
+        assert wake_due() == 1
+    claims = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(claims) == 1
+    if connection.vendor == "postgresql":
+        assert "FOR UPDATE SKIP LOCKED" in claims[0]
+    assert list(workflows_env.executor.queue) == [due.pk]
+    assert Instance.objects.get(pk=due.pk).status == "queued"
+    assert Instance.objects.get(pk=later.pk).status == "waiting"
+    assert wake_due() == 0  # claimed once only
+    workflows_env.run_until_idle()
+    assert due.status()["output"] == "after"
+
+
+def test_wake_due_works_through_batches(workflows_env, settings):
+    settings.DJANGO_WORKFLOWS = {"WAKE_BATCH": 2}
+    for _ in range(5):
+        workflows.get("sleeper").create(params={"duration": 1000})
+    workflows_env.run_until_idle()
+    workflows_env.clock.advance(timedelta(seconds=2))
+    assert wake_due() == 5
+
+
+def test_sweep_requeues_expired_leases_counting_the_crash(workflows_env):
+    instance = workflows.get("three-steps").create()
+    paused = workflows.get("three-steps").create()
+    workflows_env.executor.reset()
+    past = workflows_env.now - timedelta(seconds=1)
+    Instance.objects.filter(pk=instance.pk).update(status="running", lease_expires_at=past)
+    Instance.objects.filter(pk=paused.pk).update(status="waitingForPause", lease_expires_at=past)
+    assert sweep() == 1
+    row = Instance.objects.get(pk=instance.pk)
+    assert (row.status, row.crash_count, row.lease_expires_at) == ("queued", 1, None)
+    assert Instance.objects.get(pk=paused.pk).status == "paused"
+    assert list(workflows_env.executor.queue) == [instance.pk]
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "complete"
+    assert Instance.objects.get(pk=instance.pk).crash_count == 0
+
+
+def test_sweep_redispatches_instances_queued_too_long(workflows_env):
+    instance = workflows.get("three-steps").create()
+    workflows_env.executor.reset()  # the task is "lost"
+    assert sweep() == 0
+    workflows_env.clock.advance(timedelta(seconds=61))
+    assert sweep() == 1
+    assert list(workflows_env.executor.queue) == [instance.pk]
+    assert sweep() == 0  # touched: not again until another REDISPATCH_SECONDS pass
+
+
+def test_poison_limit_parks_the_instance(workflows_env, settings):
+    settings.DJANGO_WORKFLOWS = {"POISON_LIMIT": 2}
+    instance = workflows.get("three-steps").create()
+    Instance.objects.filter(pk=instance.pk).update(crash_count=2)
+    workflows_env.run_until_idle()
+    assert instance.status()["error"]["name"] == "PoisonInstance"
+    assert calls == {}
+
+
+def test_an_event_queues_the_waiting_instance_so_a_lost_task_is_recovered(workflows_env):
+    instance = workflows.get("approval").create()
+    workflows_env.run_until_idle()
+    instance.send_event(type="manager-approval", payload={"outcome": "approved"})
+    assert Instance.objects.get(pk=instance.pk).status == "queued"
+
+
+def test_the_fallback_schedule_exists_after_migrate(db):
+    from django_q.models import Schedule
+
+    schedule = Schedule.objects.get(name="django_workflows.tick")
+    assert schedule.func == "django_workflows.dispatch.tick" and schedule.schedule_type == Schedule.MINUTES
+
+
+def test_the_orm_broker_on_the_same_database_enqueues_inside_the_transaction(db):
+    from django_q.models import OrmQ
+
+    executor = DjangoQExecutor()
+    assert executor.enqueues_in_transaction
+    executor.enqueue_replay(123)
+    assert OrmQ.objects.count() == 1
+
+
+def test_q_cluster_recommended_settings_pass():
+    assert list(DjangoQExecutor().check()) == []
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"orm": None}, "django_workflows.W101"),
+        ({"timeout": 960}, "django_workflows.E102"),
+        ({"timeout": 300, "retry": 400}, "django_workflows.W103"),
+        ({"queue_limit": None}, "django_workflows.W105"),
+        ({"ack_failures": False}, "django_workflows.W106"),
+        ({"save_limit": 0}, "django_workflows.W107"),
+    ],
+)
+def test_q_cluster_checks(settings, change, expected):
+    settings.Q_CLUSTER = {k: v for k, v in {**settings.Q_CLUSTER, **change}.items() if v is not None or k == "queue_limit"}
+    assert [m.id for m in DjangoQExecutor().check()] == [expected]
+
+
+def test_lease_longer_than_retry(settings):
+    settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1000}
+    assert [m.id for m in DjangoQExecutor().check()] == ["django_workflows.W104"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lease_keeper_renews_a_held_lease(settings):
+    import time
+
+    from django_workflows import clock
+    from django_workflows.leases import keeper
+
+    settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1}
+    instance = workflows.get("three-steps").create.__self__._new_instance("leased", {})
+    instance.status, instance.epoch = "running", 7
+    instance.lease_expires_at = clock.now() + timedelta(seconds=1)
+    instance.save()
+    first = instance.lease_expires_at
+    with keeper.hold(instance.pk, 7):
+        time.sleep(2.5)
+    renewed = Instance.objects.get(pk=instance.pk).lease_expires_at
+    assert renewed > first + timedelta(seconds=1)
+    with keeper.hold(instance.pk, 8):  # another epoch: not ours to renew
+        time.sleep(1.5)
+    assert Instance.objects.get(pk=instance.pk).lease_expires_at == renewed

@@ -1,0 +1,225 @@
+"""Replays through real workflows_worker processes: timers, events, crashes, scale-out, poison."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from statistics import median
+
+import pytest
+from django.db import connection
+
+from django_workflows import workflows
+from django_workflows.models import Instance, Step, WorkerHeartbeat
+from django_workflows.worker import _children_of
+from tests.testapp.models import ReplayAudit, SideEffect
+from tests.workers import WorkerProcess, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def start_worker(tmp_path, request):
+    started: list[WorkerProcess] = []
+
+    def start(**kwargs) -> WorkerProcess:
+        kwargs.setdefault("name", f"worker-{len(started)}")
+        worker = WorkerProcess(tmp_path, **kwargs).start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        for worker in started:
+            print(f"--- {worker.log_path.name}\n{worker.output()}")
+
+
+@pytest.fixture
+def redis_broker(settings, monkeypatch):
+    """Switch this process's django-q2 to the Redis broker (the workers get TEST_BROKER=redis)."""
+    import redis
+    from django_q.conf import Conf
+
+    db = int(os.environ.get("TEST_REDIS_DB", "5"))
+    redis.Redis(host="127.0.0.1", port=6379, db=db).flushdb()
+    redis_conf = {"host": "127.0.0.1", "port": 6379, "db": db}
+    monkeypatch.setattr(Conf, "ORM", None)
+    monkeypatch.setattr(Conf, "REDIS", redis_conf)
+    settings.Q_CLUSTER = {**{k: v for k, v in settings.Q_CLUSTER.items() if k != "orm"}, "redis": redis_conf}
+    return "redis"
+
+
+def status(instance) -> str:
+    return instance.status()["status"]
+
+
+def wait_status(instance, wanted: str, timeout: float = 30):
+    return wait_for(lambda: status(instance) == wanted, timeout, message=f"{instance!r} to be {wanted}")
+
+
+def test_a_sleep_resumes_within_a_second_and_a_half_of_its_wake_time(start_worker):
+    start_worker()
+    instances = [workflows.get("napper").create(params={"duration": "2 seconds"}) for _ in range(5)]
+    for instance in instances:
+        wait_status(instance, "complete", 20)
+    lateness = []
+    for instance in instances:
+        wake_at = Step.objects.get(instance_id=instance.pk, kind="sleep").wake_at.timestamp()
+        lateness.append(instance.status()["output"]["at"] - wake_at)
+    print(f"wake lateness: median {median(lateness) * 1000:.0f} ms, max {max(lateness) * 1000:.0f} ms")
+    assert all(0 <= late <= 1.5 for late in lateness), lateness
+
+
+def test_an_event_resumes_a_waiting_instance(start_worker):
+    start_worker()
+    instances = [workflows.get("awaiter").create() for _ in range(5)]
+    for instance in instances:
+        wait_for(lambda i=instance: Instance.objects.get(pk=i.pk).waiting_for == ["go"], 20, message="waiting")
+    latencies = []
+    for n, instance in enumerate(instances):
+        sent = time.time()
+        instance.send_event(type="go", payload={"n": n})
+        wait_status(instance, "complete", 10)
+        output = instance.status()["output"]
+        assert output["payload"] == {"n": n}
+        latencies.append(output["at"] - sent)
+    print(f"event to resume: median {median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms")
+
+
+@pytest.mark.parametrize("broker", ["orm", pytest.param("redis", marks=pytest.mark.postgres)])
+def test_sigkill_of_a_worker_process_mid_step(start_worker, tmp_path, broker, request):
+    if broker == "redis":
+        request.getfixturevalue("redis_broker")
+    worker = start_worker(broker=broker)
+    marker = tmp_path / "victim.pid"
+    instance = workflows.get("crashable").create(id="crash-1", params={"marker": str(marker)})
+    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step to start"))
+    assert pid != worker.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_status(instance, "complete", 40)
+    counts = SideEffect.counts()
+    # Finished steps did not run again; the interrupted one did.
+    assert counts == {"crash-1:before": 1, "crash-1:victim": 2, "crash-1:after": 1}
+    assert Instance.objects.get(pk=instance.pk).crash_count == 0
+
+
+def test_sigkill_of_the_whole_worker_command_then_a_restart_loses_nothing(start_worker, tmp_path):
+    first = start_worker()
+    marker = tmp_path / "victim.pid"
+    crashing = workflows.get("crashable").create(id="crash-all", params={"marker": str(marker), "then_sleep": True})
+    nappers = [workflows.get("napper").create(params={"duration": "3 seconds"}) for _ in range(5)]
+    waiters = [workflows.get("awaiter").create() for _ in range(5)]
+    wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step to start")
+    for waiter in waiters:
+        wait_for(lambda w=waiter: Instance.objects.get(pk=w.pk).waiting_for == ["go"], 20, message="waiting")
+    first.kill_all()
+    # With no worker at all, events still arrive and are kept.
+    for waiter in waiters:
+        waiter.send_event(type="go", payload="while down")
+    start_worker()
+    for instance in [crashing, *nappers, *waiters]:
+        wait_status(instance, "complete", 60)
+    counts = SideEffect.counts()
+    assert counts == {"crash-all:before": 1, "crash-all:victim": 2, "crash-all:after": 1}
+    assert all(w.status()["output"]["payload"] == "while down" for w in waiters)
+
+
+@pytest.mark.postgres
+def test_two_workers_on_one_postgresql_and_redis_never_overlap(start_worker, redis_broker):
+    start_worker(broker="redis", name="machine-a")
+    start_worker(broker="redis", name="machine-b")
+    handle = workflows.get("quick")
+    instances = []
+    for chunk in range(2):
+        instances += handle.create_batch([{"id": f"q-{chunk}-{n}"} for n in range(100)])
+    # Duplicate deliveries on purpose: every instance's replay is enqueued a second time.
+    from django_workflows.executors import get_executor
+
+    for instance in instances[:50]:
+        get_executor().enqueue_replay(instance.pk)
+    wait_for(lambda: Instance.objects.filter(status="complete").count() == 200, 90, interval=0.5,
+             message="200 instances to complete")
+    counts = SideEffect.counts()
+    assert len(counts) == 600 and set(counts.values()) == {1}
+    assert Step.objects.count() == 600
+    pids = set(ReplayAudit.objects.values_list("pid", flat=True))
+    by_instance: dict[int, list] = {}
+    for row in ReplayAudit.objects.order_by("instance_pk", "started").values("instance_pk", "started", "released"):
+        by_instance.setdefault(row["instance_pk"], []).append(row)
+    overlaps = 0
+    for rows in by_instance.values():
+        for before, after in zip(rows, rows[1:]):
+            assert before["released"] is not None
+            overlaps += after["started"] < before["released"]
+    print(f"scale-out: {ReplayAudit.objects.count()} replays by {len(pids)} processes, {overlaps} overlaps")
+    assert overlaps == 0
+    assert len(pids) >= 2
+
+
+def test_a_poison_instance_is_parked(start_worker):
+    start_worker()
+    instance = workflows.get("poison").create(id="poison-1")
+    wait_status(instance, "errored", 60)
+    error = instance.status()["error"]
+    assert error["name"] == "PoisonInstance"
+    assert "2 replays in a row" in error["message"]
+    assert SideEffect.counts() == {"poison-1:poison": 2}
+
+
+def test_the_worker_restarts_a_wedged_cluster(start_worker):
+    worker = start_worker()
+    wait_for(lambda: WorkerHeartbeat.objects.exists(), 20, message="a heartbeat")
+
+    def cluster_processes():
+        # The sentinel is the command's child with the workers, pusher and monitor under it.
+        for child in _children_of(worker.pid):
+            grandchildren = _children_of(child)
+            if len(grandchildren) >= 3:
+                return grandchildren
+        return None
+
+    cluster = wait_for(cluster_processes, 20, message="the cluster's processes")
+    # Freeze every process of the cluster: it stays alive but takes no task.
+    for pid in cluster:
+        os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: WorkerHeartbeat.objects.filter(cluster_restarts__gte=1).exists(), 40,
+             message="the cluster to be restarted")
+    instance = workflows.get("quick").create(id="after-wedge")
+    wait_status(instance, "complete", 30)
+
+
+def test_health_check_reads_the_heartbeat(start_worker):
+    from django.core.management import call_command
+
+    with pytest.raises(SystemExit):
+        call_command("workflows_health")
+    worker = start_worker()
+    wait_for(lambda: WorkerHeartbeat.objects.exists(), 20, message="a heartbeat")
+    call_command("workflows_health")  # exits 0: no SystemExit
+    worker.stop()
+    assert not WorkerHeartbeat.objects.exists()  # a clean stop removes its heartbeat
+
+
+def test_sigterm_stops_the_worker_gracefully(start_worker):
+    worker = start_worker()
+    wait_for(lambda: WorkerHeartbeat.objects.exists(), 20, message="a heartbeat")
+    assert worker.stop(timeout=60) == 0
+
+
+def test_a_plain_qcluster_finishes_instances(start_worker):
+    start_worker(command="qcluster")
+    instance = workflows.get("quick").create(id="via-qcluster")
+    wait_status(instance, "complete", 30)
+    assert connection.vendor in ("sqlite", "postgresql")
+
+
+def test_a_step_longer_than_the_lease_keeps_its_lease(start_worker):
+    start_worker(workers=2)
+    instance = workflows.get("long-step").create(id="long", params={"seconds": 7})
+    wait_status(instance, "complete", 40)
+    # LEASE_SECONDS is 3: without renewal the sweeper would have handed it to the other process.
+    assert SideEffect.counts() == {"long:long": 1}
+    assert ReplayAudit.objects.count() == 1

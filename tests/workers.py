@@ -1,0 +1,90 @@
+"""Real ``workflows_worker`` subprocesses for the tests, against the test database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Short leases and quick sweeps, so recovery from a killed worker takes seconds, not minutes.
+FAST_RECOVERY = {"LEASE_SECONDS": 3, "SWEEP_INTERVAL": 0.5, "REDISPATCH_SECONDS": 5, "POISON_LIMIT": 2,
+                 "WEDGE_SECONDS": 4}
+
+
+class WorkerProcess:
+    def __init__(self, log_dir: Path, *, broker: str = "orm", workers: int = 2, name: str = "worker",
+                 settings: dict | None = None, command: str = "workflows_worker", extra_args=()):
+        self.log_path = log_dir / f"{name}.log"
+        self.broker = broker
+        self.workers = workers
+        self.settings = {**FAST_RECOVERY, **(settings or {})}
+        self.command = command
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen | None = None
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env.update({
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "TEST_DATABASE_NAME": str(connection.settings_dict["NAME"]),
+            "TEST_WORKFLOWS_SETTINGS": json.dumps(self.settings),
+            "TEST_BROKER": self.broker,
+            "TEST_AUDIT_REPLAYS": "1",
+            "PYTHONPATH": str(ROOT),
+        })
+        return env
+
+    def start(self) -> WorkerProcess:
+        args = [sys.executable, "-m", "django", self.command]
+        if self.command == "workflows_worker":
+            args += ["--workers", str(self.workers), "--max-seconds", "240"]
+        self.log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(args + self.extra_args, cwd=ROOT, env=self.env(), stdout=self.log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, timeout: float = 30) -> int | None:
+        try:
+            if self.process is None or self.process.poll() is not None:
+                return self.process.returncode if self.process else None
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill_all()
+                return None
+        finally:
+            self.log.close()
+
+    def kill_all(self) -> None:
+        """SIGKILL the command and every process it started (its session)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05, message: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {message}")

@@ -90,6 +90,7 @@ class Instance(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        permissions = [("send_event", "Can send events to instances (approve, reject, webhooks by hand)")]
         constraints = [
             models.UniqueConstraint(fields=["workflow_name", "instance_id"], name="dw_instance_unique_id"),
             models.CheckConstraint(

@@ -1,0 +1,99 @@
+"""Instances and workflows as plain data, shaped like Cloudflare's REST API, for the API, the CLI and the admin."""
+
+from __future__ import annotations
+
+from django.db.models import Count
+
+from django_workflows.definition import registry
+from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
+
+
+def _iso(moment):
+    return moment.isoformat() if moment is not None else None
+
+
+def status_counts(workflow_name: str | None = None) -> dict[str, dict[str, int]]:
+    """``{workflow name: {status: count}}`` with every status present, in one query."""
+    rows = Instance.objects.all()
+    if workflow_name is not None:
+        rows = rows.filter(workflow_name=workflow_name)
+    counts: dict[str, dict[str, int]] = {}
+    names = [workflow_name] if workflow_name is not None else registry.names()
+    for name in names:
+        counts[name] = dict.fromkeys(InstanceStatus.values, 0)
+    for row in rows.values("workflow_name", "status").annotate(n=Count("id")).order_by():
+        counts.setdefault(row["workflow_name"], dict.fromkeys(InstanceStatus.values, 0))[row["status"]] = row["n"]
+    return counts
+
+
+def describe_workflow(name: str) -> dict:
+    cls = registry.get(name)
+    return {
+        "name": name,
+        "class_name": f"{cls.__module__}.{cls.__qualname__}",
+        "description": (cls.__doc__ or "").strip(),
+        "step_limit": cls.step_limit,
+        "instances": status_counts(name)[name],
+    }
+
+
+def instance_summary(instance: Instance) -> dict:
+    return {
+        "id": instance.instance_id,
+        "workflow": instance.workflow_name,
+        "status": instance.status,
+        "queued": _iso(instance.created_at),
+        "start": _iso(instance.started_at),
+        "end": _iso(instance.ended_at),
+        "modified": _iso(instance.updated_at),
+        "wake_at": _iso(instance.wake_at),
+        "current_step": instance.current_step,
+    }
+
+
+def describe_step(step: Step) -> dict:
+    data = {
+        "name": step.name,
+        "key": step.key,
+        "type": step.kind,
+        "status": step.status,
+        "start": _iso(step.started_at),
+        "end": _iso(step.ended_at),
+        "config": step.config,
+        "success": {"succeeded": True, "failed": False}.get(step.status),
+        "output": step.result,
+        "error": step.error and {"name": step.error.get("name"), "message": step.error.get("message")},
+    }
+    if step.kind == StepKind.DO:
+        data["attempts"] = step.attempts
+    if step.kind in (StepKind.SLEEP, StepKind.WAIT):
+        data["until" if step.kind == StepKind.SLEEP else "deadline"] = _iso(step.wake_at)
+    if step.kind == StepKind.DO and step.status == "retrying":
+        data["next_attempt"] = _iso(step.wake_at)
+    return data
+
+
+def describe_event(event: Event, consumed_by_key: str | None) -> dict:
+    return {
+        "type": event.type,
+        "payload": event.payload,
+        "received": _iso(event.received_at),
+        "sender": event.sender,
+        "consumed_by": consumed_by_key,
+        "consumed": _iso(event.consumed_at),
+    }
+
+
+def describe_instance(instance: Instance) -> dict:
+    """Everything about one instance: status, params, output, error, its steps and its inbox (3 queries)."""
+    steps = list(Step.objects.filter(instance_id=instance.pk).order_by("id"))
+    keys = {step.pk: step.key for step in steps}
+    events = Event.objects.filter(instance_id=instance.pk).order_by("received_at", "id")
+    return {
+        **instance_summary(instance),
+        "params": instance.params,
+        "output": instance.output,
+        "error": instance.error,
+        "steps": [describe_step(step) for step in steps],
+        "events": [describe_event(event, keys.get(event.consumed_by_id)) for event in events],
+    }

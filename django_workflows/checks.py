@@ -154,3 +154,22 @@ def sqlite_messages(alias: str, database: dict):
              "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
         id="django_workflows.W001",
     )]
+
+
+@register(Tags.compatibility)
+def check_api_schema(app_configs=None, **kwargs):
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        reverse("django_workflows_api:schema")
+    except NoReverseMatch:
+        return []  # the API is not mounted
+    schema_class = (getattr(settings, "REST_FRAMEWORK", None) or {}).get("DEFAULT_SCHEMA_CLASS", "")
+    if schema_class != "drf_spectacular.openapi.AutoSchema":
+        return [Warning(
+            "The workflows API is mounted, but REST_FRAMEWORK['DEFAULT_SCHEMA_CLASS'] is not drf-spectacular's: "
+            "its OpenAPI schema cannot be generated.",
+            hint="Set REST_FRAMEWORK = {'DEFAULT_SCHEMA_CLASS': 'drf_spectacular.openapi.AutoSchema', ...}.",
+            id="django_workflows.W201",
+        )]
+    return []

@@ -52,6 +52,17 @@ DEFAULTS: dict[str, Any] = {
     "REDISPATCH_SECONDS": 60,
     # Seconds without a heartbeat before the health check calls a worker dead.
     "HEARTBEAT_STALE_SECONDS": 30,
+    # Dotted paths of DRF authentication classes for the API; None: session and token (when
+    # rest_framework.authtoken is installed).
+    "API_AUTHENTICATION_CLASSES": None,
+    # Dotted paths of DRF permission classes for the API.
+    "API_PERMISSION_CLASSES": ["django_workflows.api.permissions.WorkflowModelPermissions"],
+    # Instances per page in the API's instance list.
+    "API_PAGE_SIZE": 50,
+    # {workflow name: secret} for signed webhooks (HMAC-SHA256 of "<timestamp>.<raw body>").
+    "WEBHOOK_SECRETS": {},
+    # Seconds a webhook's signed timestamp may differ from now (replay protection).
+    "WEBHOOK_TOLERANCE_SECONDS": 300,
     # Seconds a probe task may go unanswered, with no replay finishing, before the worker
     # command restarts its django-q2 cluster as wedged.
     "WEDGE_SECONDS": 120,

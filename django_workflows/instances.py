@@ -63,7 +63,7 @@ def _check_json(value, limit: int, what: str, error_class) -> None:
     try:
         encode(value, limit)
     except NotJournalable as exc:
-        raise error_class(f"{what} {exc}") from None
+        raise error_class(f"{what} {exc}", too_large=exc.too_large) from None
 
 
 class WorkflowHandle:

@@ -40,7 +40,9 @@ class LeaseKeeper:
     def _loop(self) -> None:
         from django_workflows import clock
         from django_workflows.conf import workflow_settings
-        from django_workflows.models import Instance
+        from django_workflows.models import Instance, InstanceStatus
+
+        leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
 
         while True:
             seconds = workflow_settings.LEASE_SECONDS
@@ -53,11 +55,15 @@ class LeaseKeeper:
                 continue
             try:
                 expires = clock.now() + timedelta(seconds=seconds)
-                for pk, epoch in renew:
-                    Instance.objects.filter(pk=pk, epoch=epoch).update(lease_expires_at=expires)
-                    with self._lock:
-                        if (pk, epoch) in self._held:
-                            self._held[(pk, epoch)] = time.monotonic()
+                # Under the lock, so that no renewal lands after hold() has returned.
+                with self._lock:
+                    for pk, epoch in renew:
+                        if (pk, epoch) not in self._held:
+                            continue
+                        Instance.objects.filter(pk=pk, epoch=epoch, status__in=leased).update(
+                            lease_expires_at=expires
+                        )
+                        self._held[(pk, epoch)] = time.monotonic()
             except Exception:
                 # A database hiccup: try again next round; the lease has two more thirds to go.
                 pass

@@ -12,6 +12,10 @@ _SCALARS = (str, int, bool, type(None))
 class NotJournalable(ValueError):
     """The value cannot be stored: the message says why, for the caller to put in context."""
 
+    def __init__(self, message: str, *, too_large: bool = False):
+        super().__init__(message)
+        self.too_large = too_large
+
 
 def encode(value: Any, limit: int) -> tuple[str, Any]:
     """Return ``(json_text, value_as_replays_will_see_it)``.
@@ -27,7 +31,7 @@ def encode(value: Any, limit: int) -> tuple[str, Any]:
                              "bool or None") from None
     size = len(text.encode("utf-8")) if len(text) * 4 > limit else len(text)
     if size > limit:
-        raise NotJournalable(f"is {size} bytes as JSON, over the limit of {limit} bytes")
+        raise NotJournalable(f"is {size} bytes as JSON, over the limit of {limit} bytes", too_large=True)
     if type(value) in _SCALARS:
         return text, value
     return text, json.loads(text)

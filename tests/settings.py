@@ -10,6 +10,7 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "tests.urls"
+STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
@@ -18,8 +19,10 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_q",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_workflows",
     "tests.testapp.apps.TestAppConfig",
 ]
@@ -103,6 +106,9 @@ if os.environ.get("TEST_BROKER") == "redis":
     Q_CLUSTER["redis"] = {"host": "127.0.0.1", "port": 6379, "db": int(os.environ.get("TEST_REDIS_DB", "5"))}
 else:
     Q_CLUSTER["orm"] = "default"
+
+# drf-spectacular draws the API's OpenAPI schema (/workflows/schema/).
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
 DJANGO_WORKFLOWS = {}
 if os.environ.get("TEST_WORKFLOWS_SETTINGS"):

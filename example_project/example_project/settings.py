@@ -72,4 +72,7 @@ Q_CLUSTER = {
     "poll": 0.1,
     "catch_up": False,
 }
+# drf-spectacular draws the API's OpenAPI schema (/workflows/schema/).
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+
 DJANGO_WORKFLOWS = {}

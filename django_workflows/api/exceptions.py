@@ -1,0 +1,95 @@
+"""API errors: JSON ``{"error": {"code", "message"}}`` with a stable code, never a traceback."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from django_workflows import errors
+
+
+class WorkflowAPIError(exceptions.APIException):
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid"
+    default_detail = "The request is not valid."
+
+    def __init__(self, detail=None, code=None):
+        super().__init__(detail or self.default_detail, code or self.default_code)
+
+
+class NotFound(WorkflowAPIError):
+    status_code, default_code = status.HTTP_404_NOT_FOUND, "not_found"
+
+
+class Conflict(WorkflowAPIError):
+    status_code, default_code = status.HTTP_409_CONFLICT, "conflict"
+
+
+class PayloadTooLarge(WorkflowAPIError):
+    status_code, default_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "payload_too_large"
+
+
+class MalformedJSON(WorkflowAPIError):
+    status_code, default_code = status.HTTP_400_BAD_REQUEST, "malformed_json"
+
+
+class UnsupportedMediaType(WorkflowAPIError):
+    status_code, default_code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"
+
+
+class BadSignature(WorkflowAPIError):
+    status_code, default_code = status.HTTP_401_UNAUTHORIZED, "bad_signature"
+
+
+def from_engine(exc: errors.WorkflowError) -> WorkflowAPIError:
+    """The API error for an engine error; its message is the engine's, which says what to do."""
+    message = str(exc)
+    if isinstance(exc, errors.WorkflowNotFound):
+        return NotFound(message, "workflow_not_found")
+    if isinstance(exc, errors.InstanceNotFound):
+        return NotFound(message, "instance_not_found")
+    if isinstance(exc, errors.InstanceAlreadyExists):
+        return Conflict(message, "instance_exists")
+    if isinstance(exc, errors.InvalidTransition):
+        if getattr(exc, "action", None) == "send_event":
+            return Conflict(message, "instance_finished")
+        return Conflict(message, "transition_not_allowed")
+    if getattr(exc, "too_large", False):
+        return PayloadTooLarge(message)
+    if isinstance(exc, errors.InvalidEvent):
+        return WorkflowAPIError(message, "invalid_event_type" if hasattr(exc, "event_type") else "invalid_event")
+    if isinstance(exc, errors.InvalidParams):
+        return WorkflowAPIError(message, "invalid_id" if hasattr(exc, "instance_id") else "invalid_params")
+    return WorkflowAPIError(message, "invalid")
+
+
+def _code(detail) -> str:
+    if isinstance(detail, dict):
+        detail = next(iter(detail.values()), "invalid")
+    if isinstance(detail, list):
+        detail = detail[0] if detail else "invalid"
+    return getattr(detail, "code", None) or "invalid"
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, errors.WorkflowError):
+        exc = from_engine(exc)
+    elif isinstance(exc, Http404):
+        exc = NotFound(str(exc) or "Not found.")
+    elif isinstance(exc, exceptions.ParseError):
+        exc = MalformedJSON(f"The request body is not valid JSON: {exc.detail}")
+    elif isinstance(exc, exceptions.UnsupportedMediaType):
+        exc = UnsupportedMediaType(f"{exc.detail} Send the body as application/json.")
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = response.data
+    if isinstance(exc, exceptions.ValidationError):
+        body = {"code": _code(exc.detail) if _code(exc.detail) != "invalid" else "invalid",
+                "message": "The request is not valid; see fields.", "fields": detail}
+    else:
+        message = detail.get("detail", detail) if isinstance(detail, dict) else detail
+        body = {"code": exc.get_codes() if isinstance(exc.get_codes(), str) else "invalid", "message": str(message)}
+    return Response({"error": body}, status=response.status_code, headers=dict(response.items()))

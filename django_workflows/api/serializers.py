@@ -1,0 +1,120 @@
+"""Request and response shapes. Requests are validated here; everything else is the engine's job."""
+
+from rest_framework import serializers
+
+from django_workflows.instances import MAX_BATCH, MAX_INSTANCE_ID
+
+STATUS_ACTIONS = ("pause", "resume", "terminate", "restart")
+
+
+class CreateInstanceSerializer(serializers.Serializer):
+    instance_id = serializers.CharField(required=False, max_length=MAX_INSTANCE_ID, allow_blank=False,
+                                        help_text="Letters, digits, '-' and '_'; a UUID when left out.")
+    params = serializers.JSONField(required=False, allow_null=True, help_text="Any JSON, at most 1 MiB.")
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = set(data) - set(self.fields)
+            if unknown:
+                raise serializers.ValidationError({field: ["Unknown field."] for field in sorted(unknown)},
+                                                  code="unknown_field")
+        return super().to_internal_value(data)
+
+
+class BatchSerializer(serializers.ListSerializer):
+    child = CreateInstanceSerializer()
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("child", CreateInstanceSerializer())
+        kwargs.setdefault("max_length", MAX_BATCH)
+        kwargs.setdefault("allow_empty", False)
+        super().__init__(*args, **kwargs)
+
+
+class StatusChangeSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=STATUS_ACTIONS)
+
+
+class ErrorBodySerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    fields = serializers.DictField(required=False)
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorBodySerializer()
+
+
+class AttemptSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField()
+    start = serializers.CharField()
+    end = serializers.CharField()
+    success = serializers.BooleanField()
+    error = serializers.DictField(required=False)
+
+
+class StepSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    key = serializers.CharField()
+    type = serializers.ChoiceField(choices=["do", "sleep", "waitForEvent"])
+    status = serializers.CharField()
+    start = serializers.CharField(allow_null=True)
+    end = serializers.CharField(allow_null=True)
+    config = serializers.JSONField(allow_null=True)
+    success = serializers.BooleanField(allow_null=True)
+    output = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    attempts = AttemptSerializer(many=True, required=False)
+    until = serializers.CharField(required=False, allow_null=True)
+    deadline = serializers.CharField(required=False, allow_null=True)
+    next_attempt = serializers.CharField(required=False, allow_null=True)
+
+
+class EventSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    payload = serializers.JSONField(allow_null=True)
+    received = serializers.CharField()
+    sender = serializers.CharField(allow_blank=True)
+    consumed_by = serializers.CharField(allow_null=True)
+    consumed = serializers.CharField(allow_null=True)
+
+
+class InstanceSummarySerializer(serializers.Serializer):
+    id = serializers.CharField()
+    workflow = serializers.CharField()
+    status = serializers.CharField()
+    queued = serializers.CharField()
+    start = serializers.CharField(allow_null=True)
+    end = serializers.CharField(allow_null=True)
+    modified = serializers.CharField()
+    wake_at = serializers.CharField(allow_null=True)
+    current_step = serializers.CharField(allow_blank=True)
+
+
+class InstancePageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = InstanceSummarySerializer(many=True)
+
+
+class InstanceSerializer(InstanceSummarySerializer):
+    params = serializers.JSONField(allow_null=True)
+    output = serializers.JSONField(allow_null=True)
+    error = serializers.JSONField(allow_null=True)
+    steps = StepSerializer(many=True)
+    events = EventSerializer(many=True)
+
+
+class WorkflowSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    class_name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    step_limit = serializers.IntegerField(allow_null=True)
+    instances = serializers.DictField(child=serializers.IntegerField())
+
+
+class EventAcceptedSerializer(serializers.Serializer):
+    accepted = serializers.BooleanField()
+    instance = InstanceSummarySerializer()
+    type = serializers.CharField()

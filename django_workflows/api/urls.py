@@ -1,0 +1,22 @@
+"""Mount with ``path("workflows/", include("django_workflows.api.urls"))``."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from django_workflows.api import views
+
+app_name = "django_workflows_api"
+
+urlpatterns = [
+    path("", views.WorkflowListView.as_view(), name="workflow-list"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("<str:name>/", views.WorkflowDetailView.as_view(), name="workflow-detail"),
+    path("<str:name>/instances/", views.InstanceListView.as_view(), name="instance-list"),
+    path("<str:name>/instances/batch/", views.InstanceBatchView.as_view(), name="instance-batch"),
+    path("<str:name>/instances/<str:instance_id>/", views.InstanceDetailView.as_view(), name="instance-detail"),
+    path("<str:name>/instances/<str:instance_id>/status/", views.InstanceStatusView.as_view(), name="instance-status"),
+    path("<str:name>/instances/<str:instance_id>/events/<str:event_type>/", views.InstanceEventView.as_view(),
+         name="instance-event"),
+    path("<str:name>/instances/<str:instance_id>/webhooks/<str:event_type>/", views.WebhookView.as_view(),
+         name="instance-webhook"),
+]

@@ -1,0 +1,252 @@
+"""The REST API, mirroring Cloudflare's Workflows API. Views validate input and call the engine."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.exceptions import RequestDataTooBig
+from django.utils.module_loading import import_string
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status as http
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_workflows import audit, workflows
+from django_workflows.api import exceptions
+from django_workflows.api import permissions as perms
+from django_workflows.api import serializers as s
+from django_workflows.conf import workflow_settings
+from django_workflows.definition import registry
+from django_workflows.describe import describe_instance, describe_workflow, instance_summary
+from django_workflows.engine import validate_event_type
+from django_workflows.instances import validate_instance_id
+from django_workflows.models import Instance, InstanceStatus
+from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, verify
+
+ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
+    400: "Invalid input (id, event type, params, JSON).",
+    401: "Not authenticated, or a bad webhook signature.",
+    403: "Not allowed.",
+    404: "Unknown workflow or instance.",
+    409: "Conflict: the id exists, the transition is not allowed, or the instance is finished.",
+    413: "Payload over the size limit.",
+    415: "Not application/json.",
+}.items()}
+
+
+def errors(*codes):
+    return {code: ERRORS[code] for code in codes}
+
+
+def _default_authenticators():
+    from django.apps import apps
+    from rest_framework.authentication import BasicAuthentication, SessionAuthentication
+
+    classes = [SessionAuthentication, BasicAuthentication]
+    if apps.is_installed("rest_framework.authtoken"):
+        from rest_framework.authentication import TokenAuthentication
+
+        classes.insert(1, TokenAuthentication)
+    return classes
+
+
+class WorkflowAPIView(APIView):
+    schema = AutoSchema()
+    required_permission = perms.VIEW
+    required_permissions: dict[str, str] = {}
+
+    def get_authenticators(self):
+        paths = workflow_settings.API_AUTHENTICATION_CLASSES
+        classes = _default_authenticators() if paths is None else [import_string(p) for p in paths]
+        return [cls() for cls in classes]
+
+    def get_permissions(self):
+        return [import_string(path)() for path in workflow_settings.API_PERMISSION_CLASSES]
+
+    def get_exception_handler(self):
+        return exceptions.exception_handler
+
+    def get_authenticate_header(self, request):
+        # A 401 needs a WWW-Authenticate header; fall back to Basic when the first authenticator has none.
+        return super().get_authenticate_header(request) or 'Basic realm="api"'
+
+    def workflow(self, name: str):
+        return workflows.get(name)
+
+    def instance(self, name: str, instance_id: str):
+        validate_instance_id(instance_id)
+        return self.workflow(name).get(instance_id)
+
+    @staticmethod
+    def instance_row(handle) -> Instance:
+        return Instance.objects.get(pk=handle.pk)
+
+    def json_body(self, request, *, required: bool):
+        """The request body as JSON, with 415, 413 and 400 for what is wrong with it."""
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise exceptions.PayloadTooLarge("The request body is over the server's upload limit.") from None
+        if not body.strip():
+            if required:
+                raise exceptions.MalformedJSON("The request body is empty; send a JSON document.")
+            return None
+        content_type = request.content_type.split(";")[0].strip().lower()
+        if content_type != "application/json" and not content_type.endswith("+json"):
+            raise exceptions.UnsupportedMediaType(
+                f"Content-Type {request.content_type or '(none)'!r} is not supported; send application/json.")
+        if len(body) > workflow_settings.MAX_EVENT_PAYLOAD_SIZE + 1024 * 64:
+            raise exceptions.PayloadTooLarge(
+                f"The body is {len(body)} bytes, over the limit of {workflow_settings.MAX_EVENT_PAYLOAD_SIZE}.")
+        try:
+            return json.loads(body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise exceptions.MalformedJSON(f"The request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise exceptions.MalformedJSON("The request body is nested too deeply.") from None
+
+
+class WorkflowListView(WorkflowAPIView):
+    @extend_schema(operation_id="workflows_list", responses={200: s.WorkflowSerializer(many=True), **errors(401, 403)})
+    def get(self, request):
+        return Response([describe_workflow(name) for name in registry.names()])
+
+
+class WorkflowDetailView(WorkflowAPIView):
+    @extend_schema(operation_id="workflows_retrieve", responses={200: s.WorkflowSerializer, **errors(401, 403, 404)})
+    def get(self, request, name):
+        self.workflow(name)
+        return Response(describe_workflow(name))
+
+
+class InstancePagination(PageNumberPagination):
+    page_size_query_param = "per_page"
+    max_page_size = 1000
+
+    def get_page_size(self, request):
+        self.page_size = workflow_settings.API_PAGE_SIZE
+        return super().get_page_size(request)
+
+
+class InstanceListView(WorkflowAPIView):
+    required_permissions = {"POST": perms.ADD}
+
+    @extend_schema(
+        operation_id="instances_list",
+        parameters=[OpenApiParameter("status", str, enum=InstanceStatus.values, required=False),
+                    OpenApiParameter("page", int, required=False), OpenApiParameter("per_page", int, required=False)],
+        responses={200: s.InstancePageSerializer, **errors(400, 401, 403, 404)},
+    )
+    def get(self, request, name):
+        self.workflow(name)
+        rows = Instance.objects.for_workflow(name).order_by("-created_at", "-id")
+        wanted = request.query_params.get("status")
+        if wanted is not None:
+            if wanted not in InstanceStatus.values:
+                raise exceptions.WorkflowAPIError(
+                    f"Unknown status {wanted!r}; use one of {', '.join(InstanceStatus.values)}.", "invalid_status")
+            rows = rows.filter(status=wanted)
+        paginator = InstancePagination()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response([instance_summary(row) for row in page])
+
+    @extend_schema(operation_id="instances_create", request=s.CreateInstanceSerializer,
+                   responses={201: s.InstanceSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
+    def post(self, request, name):
+        handle = self.workflow(name)
+        data = self.json_body(request, required=False)
+        serializer = s.CreateInstanceSerializer(data={} if data is None else data)
+        serializer.is_valid(raise_exception=True)
+        created = handle.create(id=serializer.validated_data.get("instance_id"),
+                                params=serializer.validated_data.get("params"))
+        return Response(describe_instance(self.instance_row(created)), status=http.HTTP_201_CREATED)
+
+
+class InstanceBatchView(WorkflowAPIView):
+    required_permission = perms.ADD
+
+    @extend_schema(operation_id="instances_batch", request=s.CreateInstanceSerializer(many=True),
+                   responses={201: s.InstanceSummarySerializer(many=True), **errors(400, 401, 403, 404, 413, 415)})
+    def post(self, request, name):
+        handle = self.workflow(name)
+        serializer = s.BatchSerializer(data=self.json_body(request, required=True))
+        serializer.is_valid(raise_exception=True)
+        created = handle.create_batch([
+            {"id": item.get("instance_id"), "params": item.get("params")} for item in serializer.validated_data
+        ])
+        rows = Instance.objects.in_bulk([h.pk for h in created])
+        return Response([instance_summary(rows[h.pk]) for h in created], status=http.HTTP_201_CREATED)
+
+
+class InstanceDetailView(WorkflowAPIView):
+    @extend_schema(operation_id="instances_retrieve", responses={200: s.InstanceSerializer, **errors(400, 401, 403, 404)})
+    def get(self, request, name, instance_id):
+        return Response(describe_instance(self.instance_row(self.instance(name, instance_id))))
+
+
+class InstanceStatusView(WorkflowAPIView):
+    required_permission = perms.CHANGE
+
+    @extend_schema(operation_id="instances_change_status", request=s.StatusChangeSerializer,
+                   responses={200: s.InstanceSummarySerializer, **errors(400, 401, 403, 404, 409, 415)})
+    def patch(self, request, name, instance_id):
+        handle = self.instance(name, instance_id)
+        serializer = s.StatusChangeSerializer(data=self.json_body(request, required=True))
+        serializer.is_valid(raise_exception=True)
+        getattr(handle, serializer.validated_data["status"])()
+        return Response(instance_summary(self.instance_row(handle)))
+
+
+class InstanceEventView(WorkflowAPIView):
+    required_permission = perms.SEND_EVENT
+
+    def sender(self, request) -> str:
+        return audit.user_sender("api", request.user)
+
+    @extend_schema(operation_id="instances_send_event", request={"application/json": {}},
+                   responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
+    def post(self, request, name, instance_id, event_type):
+        handle = self.instance(name, instance_id)
+        validate_event_type(event_type)
+        payload = self.json_body(request, required=False)
+        handle.send_event(type=event_type, payload=payload, sender=self.sender(request))
+        return Response({"accepted": True, "instance": instance_summary(self.instance_row(handle)),
+                         "type": event_type}, status=http.HTTP_202_ACCEPTED)
+
+
+class WebhookView(InstanceEventView):
+    """Events from senders that sign the body instead of authenticating (see django_workflows.webhooks)."""
+
+    authentication_classes: list = []
+
+    def get_authenticators(self):
+        return []
+
+    def get_permissions(self):
+        return [AllowAny()]
+
+    def sender(self, request) -> str:
+        source = request.headers.get(SOURCE_HEADER, "")[:100] or "unnamed"
+        return audit.sender("webhook", f"{source}@{request.META.get('REMOTE_ADDR', '?')}")
+
+    @extend_schema(operation_id="instances_webhook", request={"application/json": {}}, auth=[],
+                   parameters=[OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True,
+                                                description="t=<unix time>,v1=<hex HMAC-SHA256 of 't.body'>")],
+                   responses={202: s.EventAcceptedSerializer, **errors(400, 401, 404, 409, 413, 415)})
+    def post(self, request, name, instance_id, event_type):
+        secret = workflow_settings.WEBHOOK_SECRETS.get(name)
+        if not secret:
+            raise exceptions.NotFound(f"Workflow {name!r} takes no webhooks: no secret in WEBHOOK_SECRETS.",
+                                      "webhook_not_configured")
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            raise exceptions.PayloadTooLarge("The request body is over the server's upload limit.") from None
+        try:
+            verify(secret, body, request.headers.get(SIGNATURE_HEADER), workflow_settings.WEBHOOK_TOLERANCE_SECONDS)
+        except SignatureError as exc:
+            raise exceptions.BadSignature(str(exc)) from None
+        return super().post(request, name, instance_id, event_type)

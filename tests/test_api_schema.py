@@ -1,0 +1,62 @@
+"""The OpenAPI schema: served, valid, and honoured by the live server under schemathesis."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from drf_spectacular.validation import validate_schema
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from django_workflows import workflows
+
+
+@pytest.fixture
+def admin_client_api(db):
+    user = User.objects.create_superuser("admin", "admin@example.com", "pw")
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def test_the_schema_is_served_and_valid(admin_client_api):
+    response = admin_client_api.get("/workflows/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    schema = json.loads(response.content)
+    validate_schema(schema)  # raises on an invalid OpenAPI 3 document
+    operations = {op["operationId"] for path in schema["paths"].values() for op in path.values()
+                  if isinstance(op, dict) and "operationId" in op}
+    assert operations >= {"workflows_list", "workflows_retrieve", "instances_list", "instances_create",
+                          "instances_batch", "instances_retrieve", "instances_change_status",
+                          "instances_send_event", "instances_webhook"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_server, tmp_path, settings):
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor",
+                                 "WEBHOOK_SECRETS": {"approval": "s3cret"}}
+    user = User.objects.create_superuser("fuzzer", "f@example.com", "pw")
+    token = Token.objects.create(user=user)
+    for n in range(3):
+        workflows.get("approval").create(id=f"a{n}", params={})
+        workflows.get("three-steps").create(id=f"t{n}", params={})
+    report = tmp_path / "schemathesis.json"
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "schemathesis"), "run", f"{live_server.url}/workflows/schema/",
+         "--url", live_server.url, "-H", f"Authorization: Token {token.key}",
+         "--checks", "not_a_server_error,response_schema_conformance,status_code_conformance,"
+                     "content_type_conformance",
+         "--max-examples", "25", "--seed", "1", "--workers", "1", "--phases", "examples,coverage,fuzzing",
+         "--report", "junit", "--report-junit-path", str(report), "--no-color",
+         "--generation-codec", "utf-8", "--request-timeout", "10"],
+        capture_output=True, text=True, timeout=600,
+    )
+    summary = result.stdout[-4000:]
+    print(summary)
+    tests = re.search(r'tests="(\d+)"', report.read_text()) if report.exists() else None
+    assert result.returncode == 0, summary + result.stderr[-2000:]
+    assert tests and int(tests.group(1)) >= 9

@@ -1,0 +1,211 @@
+"""What ``manage.py workflows`` needs besides parsing: finding instances, reading JSON arguments,
+naming the sender of an event, and laying describe data out as text tables.
+
+The data itself always comes from ``django_workflows.describe``; this module only formats it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+from datetime import UTC, datetime
+
+from django_workflows import audit, workflows
+from django_workflows.conf import workflow_settings
+from django_workflows.errors import InstanceNotFound
+from django_workflows.instances import validate_instance_id
+from django_workflows.models import Instance
+
+LATEST = "latest"
+MAX_CELL = 60
+EMPTY = "-"
+
+
+# -- arguments ------------------------------------------------------------------------------------
+
+def json_argument(text: str):
+    """An argparse ``type``: the argument parsed as JSON, or a usage error saying where it is wrong.
+
+    argparse prefixes the message with the argument's name, so the user learns which argument
+    and where in it the JSON breaks.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("not valid JSON: it is empty (pass null for no value)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}\n{_pointer(exc)}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError("not valid JSON: nested too deeply") from None
+
+
+def _pointer(exc: json.JSONDecodeError) -> str:
+    """The line of the document around the error, with a caret under the offending character."""
+    line = exc.doc.split("\n")[exc.lineno - 1]
+    column = exc.colno - 1
+    # Long one-line documents (a pasted payload) are cut to a window around the error.
+    start = max(0, column - 30)
+    excerpt = line[start:column + 30]
+    return f"  {excerpt}\n  {' ' * (column - start)}^"
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
+    return value
+
+
+def cli_sender() -> str:
+    """``cli:<OS user>`` for ``Event.sender``, so the audit trail shows who sent an event by hand."""
+    try:
+        who = getpass.getuser()
+    except (OSError, KeyError):
+        # No LOGNAME/USER and no passwd entry (some containers): still record the channel.
+        who = "unknown"
+    return audit.sender("cli", who)
+
+
+# -- lookups --------------------------------------------------------------------------------------
+
+def find_instance(workflow_name: str, instance_id: str) -> Instance:
+    """The instance row, by id or ``latest`` (the most recently created instance of the workflow)."""
+    if instance_id == LATEST:
+        workflows.get(workflow_name)  # an unknown workflow is reported as such, not as "no instances"
+        row = Instance.objects.for_workflow(workflow_name).order_by("-created_at", "-id").first()
+        if row is None:
+            raise InstanceNotFound(
+                f"Workflow {workflow_name!r} has no instances yet, so there is no latest one.",
+                workflow=workflow_name, instance_id=instance_id,
+            )
+        return row
+    return instance_row(find_handle(workflow_name, instance_id))
+
+
+def find_handle(workflow_name: str, instance_id: str):
+    """The instance's handle; an id that could never exist is reported as invalid, not as missing."""
+    handle = workflows.get(workflow_name)
+    validate_instance_id(instance_id)
+    return handle.get(instance_id)
+
+
+def instance_row(handle) -> Instance:
+    return Instance.objects.get(pk=handle.pk)
+
+
+# -- text output ----------------------------------------------------------------------------------
+
+def dumps(data) -> str:
+    return json.dumps(data, indent=2)
+
+
+def when(iso: str | None) -> str:
+    """An ISO timestamp from describe data as a compact UTC time, to the second."""
+    if iso is None:
+        return EMPTY
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def compact_json(value) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def error_text(error: dict | None) -> str:
+    if not error:
+        return EMPTY
+    return f"{error.get('name')}: {error.get('message')}"
+
+
+def clip(text: str, width: int = MAX_CELL) -> str:
+    text = " ".join(str(text).split())  # a table cell is one line
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, header in enumerate(headers)]
+    lines = [headers, *cells]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+                     for line in lines)
+
+
+def fields(pairs: list[tuple[str, str]]) -> str:
+    width = max(len(label) for label, _ in pairs)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in pairs)
+
+
+def format_workflow_list(counts: dict[str, dict[str, int]]) -> str:
+    if not counts:
+        return ("No workflows. A workflow is a WorkflowEntrypoint subclass defined in an installed app's "
+                "workflows.py.")
+    statuses = list(next(iter(counts.values())))
+    rows = [[name, sum(by_status.values()), *(by_status.get(s, 0) for s in statuses)]
+            for name, by_status in counts.items()]
+    return table(["WORKFLOW", "TOTAL", *statuses], rows)
+
+
+def format_workflow(description: dict) -> str:
+    limit = description["step_limit"]
+    if limit is None:
+        limit = f"{workflow_settings.STEP_LIMIT} (the STEP_LIMIT setting)"
+    head = fields([
+        ("Workflow", description["name"]),
+        ("Class", description["class_name"]),
+        ("Description", description["description"] or EMPTY),
+        ("Step limit", limit),
+        ("Instances", sum(description["instances"].values())),
+    ])
+    return head + "\n\n" + table(["STATUS", "INSTANCES"], list(map(list, description["instances"].items())))
+
+
+def format_instance_list(workflow_name: str, summaries: list[dict], more: bool) -> str:
+    if not summaries:
+        return f"No instances of {workflow_name!r} match."
+    rows = [[s["id"], s["status"], when(s["queued"]), when(s["start"]), when(s["end"]),
+             when(s["wake_at"]), s["current_step"] or EMPTY] for s in summaries]
+    text = table(["ID", "STATUS", "QUEUED", "START", "END", "WAKES", "CURRENT STEP"], rows)
+    if more:
+        text += f"\n(newest {len(summaries)} shown; raise --limit for more)"
+    return text
+
+
+def _attempt_count(step: dict) -> str:
+    # Only step.do has attempts; a sleep or a wait for an event is one span of time.
+    return str(len(step["attempts"])) if "attempts" in step else EMPTY
+
+
+def format_instance(description: dict) -> str:
+    d = description
+    pairs = [
+        ("Workflow", d["workflow"]),
+        ("Instance", d["id"]),
+        ("Status", d["status"]),
+        ("Queued", when(d["queued"])),
+        ("Start", when(d["start"])),
+        ("End", when(d["end"])),
+    ]
+    if d["wake_at"]:
+        pairs.append(("Wakes", when(d["wake_at"])))
+    if d["current_step"]:
+        pairs.append(("Current step", d["current_step"]))
+    pairs += [
+        ("Params", compact_json(d["params"])),
+        ("Output", compact_json(d["output"])),
+        ("Error", error_text(d["error"])),
+    ]
+    parts = [fields(pairs)]
+    if d["steps"]:
+        rows = [[s["key"], s["type"], s["status"], _attempt_count(s), when(s["start"]), when(s["end"]),
+                 clip(error_text(s["error"]))] for s in d["steps"]]
+        parts.append(table(["STEP", "TYPE", "STATUS", "ATTEMPTS", "START", "END", "LAST ERROR"], rows))
+    else:
+        parts.append("No steps journaled yet.")
+    if d["events"]:
+        rows = [[e["type"], when(e["received"]), e["sender"] or EMPTY, e["consumed_by"] or "(in the inbox)"]
+                for e in d["events"]]
+        parts.append(table(["EVENT", "RECEIVED", "SENDER", "CONSUMED BY"], rows))
+    return "\n\n".join(parts)

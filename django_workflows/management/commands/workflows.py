@@ -1,0 +1,133 @@
+"""``manage.py workflows``: inspect and steer workflows from a shell, like ``wrangler workflows``.
+
+Exit codes: 0 done; 1 the engine refused (unknown workflow or instance, an invalid id or event type,
+a transition the status does not allow, an existing id); 2 the command line itself is wrong (a missing
+or unknown argument, JSON that does not parse). Every subcommand takes ``--json``.
+"""
+
+import argparse
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_workflows import cli, workflows
+from django_workflows.describe import describe_instance, describe_workflow, instance_summary, status_counts
+from django_workflows.errors import WorkflowError
+from django_workflows.models import Instance, InstanceStatus
+
+TRANSITIONS = {
+    "pause": ("Paused", "Pause an instance: at once if it waits, after its current step if it runs."),
+    "resume": ("Resumed", "Resume a paused instance."),
+    "terminate": ("Terminated", "Stop an instance for good."),
+    "restart": ("Restarted", "Run an instance again from the top: its journal is cleared."),
+}
+
+
+class Command(BaseCommand):
+    help = "Inspect and steer workflows and their instances (list, describe, trigger, instances ...)."
+
+    def add_arguments(self, parser):
+        output = argparse.ArgumentParser(add_help=False)
+        output.add_argument("--json", action="store_true", help="Print the result as JSON.")
+        commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
+
+        commands.add_parser("list", parents=[output], help="Workflows with their instance counts per status.")
+
+        describe = commands.add_parser("describe", parents=[output],
+                                       help="A workflow: its class, step limit and instance counts.")
+        describe.add_argument("name", metavar="NAME")
+
+        trigger = commands.add_parser("trigger", parents=[output],
+                                      help="Create an instance and print its id.")
+        trigger.add_argument("name", metavar="NAME")
+        trigger.add_argument("params", metavar="PARAMS_JSON", nargs="?", type=cli.json_argument, default=None,
+                             help="The instance's params, as JSON (default: null).")
+        trigger.add_argument("--id", dest="instance_id", metavar="ID", default=None,
+                             help="The instance id (default: a new UUID); an existing id is an error.")
+
+        instances = commands.add_parser("instances", help="List, describe and steer instances.")
+        actions = instances.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+        listing = actions.add_parser("list", parents=[output], help="A workflow's instances, newest first.")
+        listing.add_argument("name", metavar="NAME")
+        listing.add_argument("--status", choices=InstanceStatus.values, default=None)
+        listing.add_argument("--limit", type=cli.positive_int, default=50,
+                             help="At most this many (default 50).")
+
+        detail = actions.add_parser("describe", parents=[output],
+                                    help="An instance: status, params, output, error, steps and events.")
+        detail.add_argument("name", metavar="NAME")
+        detail.add_argument("instance_id", metavar="ID",
+                            help=f"An instance id, or {cli.LATEST!r} for the newest instance.")
+
+        event = actions.add_parser("send-event", parents=[output], help="Send an event to an instance.")
+        event.add_argument("name", metavar="NAME")
+        event.add_argument("instance_id", metavar="ID")
+        event.add_argument("--type", dest="event_type", metavar="TYPE", required=True, help="The event type.")
+        event.add_argument("--payload", metavar="JSON", type=cli.json_argument, default=None,
+                           help="The event's payload, as JSON (default: null).")
+
+        for action, (_, text) in TRANSITIONS.items():
+            transition = actions.add_parser(action, parents=[output], help=text)
+            transition.add_argument("name", metavar="NAME")
+            transition.add_argument("instance_id", metavar="ID")
+
+    def handle(self, *args, **options):
+        self.as_json = options["json"]
+        if options["subcommand"] == "instances":
+            run = {"list": self.instances_list, "describe": self.instances_describe,
+                   "send-event": self.instances_send_event}.get(options["action"], self.instances_transition)
+        else:
+            run = {"list": self.workflows_list, "describe": self.workflows_describe,
+                   "trigger": self.trigger}[options["subcommand"]]
+        try:
+            run(options)
+        except WorkflowError as exc:
+            # The engine's messages say what is wrong and what to do; a traceback would bury them.
+            raise CommandError(str(exc)) from exc
+
+    def show(self, data, text: str) -> None:
+        self.stdout.write(cli.dumps(data) if self.as_json else text)
+
+    def workflows_list(self, options):
+        counts = status_counts()
+        self.show(counts, cli.format_workflow_list(counts))
+
+    def workflows_describe(self, options):
+        description = describe_workflow(workflows.get(options["name"]).name)
+        self.show(description, cli.format_workflow(description))
+
+    def trigger(self, options):
+        handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"])
+        self.show(describe_instance(cli.instance_row(handle)), handle.id)
+
+    def instances_list(self, options):
+        name = workflows.get(options["name"]).name
+        rows = Instance.objects.for_workflow(name).order_by("-created_at", "-id")
+        if options["status"]:
+            rows = rows.filter(status=options["status"])
+        limit = options["limit"]
+        # One row past the limit tells whether there are more, without counting them all.
+        found = list(rows[: limit + 1])
+        summaries = [instance_summary(row) for row in found[:limit]]
+        self.show(summaries, cli.format_instance_list(name, summaries, more=len(found) > limit))
+
+    def instances_describe(self, options):
+        description = describe_instance(cli.find_instance(options["name"], options["instance_id"]))
+        self.show(description, cli.format_instance(description))
+
+    def instances_send_event(self, options):
+        handle = cli.find_handle(options["name"], options["instance_id"])
+        event_type = options["event_type"]
+        sender = cli.cli_sender()
+        handle.send_event(type=event_type, payload=options["payload"], sender=sender)
+        summary = instance_summary(cli.instance_row(handle))
+        text = f"Sent event {event_type!r} to {handle.workflow_name}/{handle.id}; it is {summary['status']}."
+        self.show({"accepted": True, "type": event_type, "sender": sender, "instance": summary}, text)
+
+    def instances_transition(self, options):
+        action = options["action"]
+        handle = cli.find_handle(options["name"], options["instance_id"])
+        getattr(handle, action)()
+        summary = instance_summary(cli.instance_row(handle))
+        done = TRANSITIONS[action][0]
+        self.show(summary, f"{done} {handle.workflow_name}/{handle.id}; it is {summary['status']}.")

@@ -14,7 +14,7 @@ POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 
-.PHONY: test test-sqlite test-postgres demo clean
+.PHONY: test test-sqlite test-postgres demo demo-smoke clean
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,8 +41,15 @@ test-postgres: $(VENV)/.installed
 	DATABASE_URL="$$url" $(TEST_ENV) $(PY) -m django check --fail-level WARNING && \
 	DATABASE_URL="$$url" $(PY) -m pytest
 
+DEMO_ARGS ?=
+
 demo: $(VENV)/.installed
-	cd example_project && ../$(PY) manage.py migrate -v 0 && ../$(PY) manage.py demo
+	cd example_project && ../$(PY) manage.py migrate -v 0 && ../$(PY) manage.py demo $(DEMO_ARGS)
+
+# What CI runs: the demo on a fresh SQLite file, exiting once every instance settled.
+demo-smoke: $(VENV)/.installed
+	rm -f example_project/demo-smoke.sqlite3*
+	SQLITE_PATH=$(CURDIR)/example_project/demo-smoke.sqlite3 $(MAKE) demo DEMO_ARGS="--exit-when-settled --port 8765"
 
 clean:
 	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3*

@@ -1,9 +1,16 @@
 """Settings for the test suite: SQLite (WAL, file-backed) by default, PostgreSQL from DATABASE_URL."""
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+# The example project's app (example_project/examples) is tested with the rest; every process that
+# uses these settings (worker subprocesses, manage.py check) finds it.
+EXAMPLE_PROJECT = str(Path(__file__).resolve().parent.parent / "example_project")
+if EXAMPLE_PROJECT not in sys.path:
+    sys.path.append(EXAMPLE_PROJECT)
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
@@ -25,6 +32,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_workflows",
     "tests.testapp.apps.TestAppConfig",
+    "examples",  # example_project/examples, on the path through pytest's pythonpath
 ]
 
 MIDDLEWARE = [

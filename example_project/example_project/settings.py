@@ -2,6 +2,7 @@
 
 import os
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = os.environ.get("SECRET_KEY", "example-project-not-secret")
@@ -21,8 +22,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_q",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_workflows",
-    "shop",
+    "examples",
 ]
 
 MIDDLEWARE = [
@@ -48,21 +50,41 @@ TEMPLATES = [
 ]
 STATIC_URL = "static/"
 
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": BASE_DIR / "db.sqlite3",
-        "OPTIONS": {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        },
-    }
-}
 
+def _database_from_url(url: str) -> dict:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL must be a postgres:// URL, got {url!r}")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")),
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+    }
+
+
+# SQLite by default (WAL and BEGIN IMMEDIATE, so the web server and the worker share the file);
+# DATABASE_URL=postgres://... for PostgreSQL.
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": _database_from_url(os.environ["DATABASE_URL"])}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+
+# The ORM broker on the same database by default; REDIS_URL=redis://host:port/db for Redis.
 Q_CLUSTER = {
     "name": "example",
-    "orm": "default",
     "workers": 2,
     "timeout": 900,
     "retry": 960,
@@ -72,7 +94,15 @@ Q_CLUSTER = {
     "poll": 0.1,
     "catch_up": False,
 }
+if os.environ.get("REDIS_URL"):
+    _redis = urlparse(os.environ["REDIS_URL"])
+    Q_CLUSTER["redis"] = {"host": _redis.hostname or "127.0.0.1", "port": _redis.port or 6379,
+                          "db": int(_redis.path.lstrip("/") or 0), "password": _redis.password}
+else:
+    Q_CLUSTER["orm"] = "default"
 # drf-spectacular draws the API's OpenAPI schema (/workflows/schema/).
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
-DJANGO_WORKFLOWS = {}
+DJANGO_WORKFLOWS = {
+    "WEBHOOK_SECRETS": {"payment-race": os.environ.get("PAYMENT_WEBHOOK_SECRET", "demo-webhook-secret")},
+}

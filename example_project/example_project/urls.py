@@ -1,4 +1,9 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from django.views.generic import RedirectView
 
-urlpatterns = [path("admin/", admin.site.urls)]
+urlpatterns = [
+    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("admin/", admin.site.urls),
+    path("workflows/", include("django_workflows.api.urls")),
+]

@@ -348,3 +348,56 @@ class LongStep(WorkflowEntrypoint):
             return "done"
 
         return step.do("long", long)
+
+
+class SimulatedCrash(BaseException):
+    """Stands for the worker process dying: not an Exception, so nothing in the engine catches it."""
+
+
+# Where ``Program`` crashes: {(instance_id, op index, "before" | "after")}, each crashing once.
+crash_points: set = set()
+
+
+class Program(WorkflowEntrypoint):
+    """Runs a random program of steps given in params: the subject of the replay property tests.
+
+    ops: ["do", fail_times, retry_limit, caught] | ["sleep", ms] | ["wait", deliver]
+    """
+
+    def run(self, event, step):
+        iid, trace = event.instance_id, []
+        for index, op in enumerate(event.payload["ops"]):
+            kind = op[0]
+            if kind == "do":
+                _, fail_times, limit, caught = op
+
+                def body(index=index, fail_times=fail_times):
+                    if (iid, index, "before") in crash_points:
+                        crash_points.discard((iid, index, "before"))
+                        raise SimulatedCrash()
+                    calls.update([(iid, index)])
+                    if (iid, index, "after") in crash_points:
+                        crash_points.discard((iid, index, "after"))
+                        raise SimulatedCrash()
+                    if calls[(iid, index, "failed")] < fail_times:
+                        calls.update([(iid, index, "failed")])
+                        raise ValueError(f"op {index} failed")
+                    return index * 10
+
+                try:
+                    trace.append(step.do(f"op{index}", body,
+                                         config={"retries": {"limit": limit, "delay": "1 second"}}))
+                except ValueError as exc:
+                    if not caught:
+                        raise
+                    trace.append(f"caught: {exc}")
+            elif kind == "sleep":
+                step.sleep(f"sleep{index}", op[1])
+                trace.append("slept")
+            else:
+                try:
+                    got = step.wait_for_event(f"wait{index}", "go" if op[1] else "never", timeout="1 hour")
+                    trace.append(["event", got.payload])
+                except WorkflowTimeoutError:
+                    trace.append("timeout")
+        return trace

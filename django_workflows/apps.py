@@ -1,6 +1,5 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
-from django.utils.module_loading import autodiscover_modules
 
 
 class DjangoWorkflowsConfig(AppConfig):
@@ -13,7 +12,9 @@ class DjangoWorkflowsConfig(AppConfig):
         from django_workflows import checks  # noqa: F401  (registers the system checks)
 
         # Each installed app's workflows.py defines its workflows; importing it registers them.
-        autodiscover_modules("workflows")
+        from django_workflows.definition import discover
+
+        discover()
         post_migrate.connect(install_fallback_schedule, sender=self)
 
 

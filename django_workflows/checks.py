@@ -12,7 +12,7 @@ from django_workflows.errors import WorkflowConfigError
 from django_workflows.policy import validate_config
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LEASE_SECONDS",
-                 "POISON_LIMIT", "WAKE_BATCH", "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
+                 "POISON_LIMIT", "WAKE_BATCH", "RETENTION_BATCH", "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
 INTERVAL_SETTINGS = ("WAKE_INTERVAL", "SWEEP_INTERVAL")
 
 
@@ -85,6 +85,13 @@ def check_settings(app_configs=None, **kwargs):
                 hint=f"The default is {DEFAULTS[key]}.",
                 id="django_workflows.E006",
             ))
+    retention = workflow_settings.RETENTION_DAYS
+    if retention is not None and not _positive_int(retention):
+        messages.append(Error(
+            f"DJANGO_WORKFLOWS['RETENTION_DAYS'] must be a positive whole number of days or None, got {retention!r}.",
+            hint="The default is 30; None keeps finished instances for ever.",
+            id="django_workflows.E006",
+        ))
     limit = workflow_settings.STEP_LIMIT
     if not _positive_int(limit) or limit > HARD_STEP_LIMIT:
         messages.append(Error(
@@ -104,6 +111,13 @@ def check_workflows(app_configs=None, **kwargs):
             f"Two or more workflows are named {name!r}: {where}.",
             hint="Give each workflow a unique name (the 'name' class attribute).",
             id="django_workflows.E004",
+        ))
+    for module, error in sorted(registry.import_errors.items()):
+        messages.append(Warning(
+            f"{module} failed to import: {error}. Its workflows are not registered; their instances "
+            "error with this message when replayed.",
+            hint=f"Fix {module}; the other workflows keep running.",
+            id="django_workflows.W009",
         ))
     for cls in registry.all():
         where = f"{cls.__module__}.{cls.__qualname__}"

@@ -52,6 +52,10 @@ DEFAULTS: dict[str, Any] = {
     "REDISPATCH_SECONDS": 60,
     # Seconds without a heartbeat before the health check calls a worker dead.
     "HEARTBEAT_STALE_SECONDS": 30,
+    # Days a finished (complete, errored, terminated) instance is kept; None keeps them for ever.
+    "RETENTION_DAYS": 30,
+    # Instances deleted per batch by the worker's retention sweep.
+    "RETENTION_BATCH": 500,
     # Dotted paths of DRF authentication classes for the API; None: session and token (when
     # rest_framework.authtoken is installed).
     "API_AUTHENTICATION_CLASSES": None,

@@ -63,6 +63,8 @@ class Registry:
 
     def __init__(self):
         self._by_origin: dict[tuple[str, str], type[WorkflowEntrypoint]] = {}
+        # {module name: the error importing it}: an app whose workflows.py is broken.
+        self.import_errors: dict[str, str] = {}
 
     def register(self, cls: type[WorkflowEntrypoint]) -> None:
         # Keyed by where the class was defined, so re-importing a module
@@ -88,9 +90,11 @@ class Registry:
         found = [cls for cls in self._by_origin.values() if cls.name == name]
         if not found:
             known = ", ".join(self.names()) or "none"
+            broken = "".join(f" {module} failed to import ({error}); the workflow may be defined there."
+                             for module, error in sorted(self.import_errors.items()))
             raise WorkflowNotFound(
                 f"No workflow named {name!r}. Known workflows: {known}. A workflow is a "
-                "WorkflowEntrypoint subclass defined in an installed app's workflows.py.",
+                f"WorkflowEntrypoint subclass defined in an installed app's workflows.py.{broken}",
                 workflow=name,
             )
         # With duplicates the system check fails; until it is fixed, the last defined wins.
@@ -98,6 +102,31 @@ class Registry:
 
 
 registry = Registry()
+
+
+def discover() -> None:
+    """Import each installed app's ``workflows`` module. One that fails to import is recorded (and
+    reported by system check W009) instead of stopping Django, so the others keep running."""
+    import importlib
+    import logging
+    from importlib.util import find_spec
+
+    from django.apps import apps
+
+    for app_config in apps.get_app_configs():
+        module = f"{app_config.name}.workflows"
+        try:
+            if find_spec(module) is None:
+                continue
+        except (ImportError, ValueError):
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            registry.import_errors[module] = f"{type(exc).__name__}: {exc}"
+            logging.getLogger("django_workflows").exception("Importing %s failed", module)
+        else:
+            registry.import_errors.pop(module, None)
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,34 @@ def sweep(now: datetime | None = None) -> int:
     return redispatched
 
 
+def purge_finished(now: datetime | None = None) -> int:
+    """Delete finished instances older than ``RETENTION_DAYS``, with their journal and inbox, in
+    batches of ``RETENTION_BATCH``; return how many. Live instances are never read or locked."""
+    days = workflow_settings.RETENTION_DAYS
+    if days is None:
+        return 0
+    from django_workflows.models import FINISHED_STATUSES, Event, Step
+
+    alias = router.db_for_write(Instance)
+    cutoff = (now or clock.now()) - timedelta(days=days)
+    purged = 0
+    while True:
+        batch = list(
+            Instance.objects.filter(status__in=FINISHED_STATUSES, ended_at__lt=cutoff)
+            .order_by("ended_at").values_list("pk", flat=True)[: workflow_settings.RETENTION_BATCH]
+        )
+        if not batch:
+            return purged
+        with transaction.atomic(using=alias):
+            Event.objects.filter(instance_id__in=batch).delete()
+            Step.objects.filter(instance_id__in=batch).delete()
+            # Re-checked, so an instance restarted since the batch was read is kept.
+            Instance.objects.filter(pk__in=batch, status__in=FINISHED_STATUSES, ended_at__lt=cutoff).delete()
+        purged += len(batch)
+
+
 def tick() -> None:
     """One round of timers and sweeping: the fallback that django-q2's scheduler runs under ``qcluster``."""
     wake_due()
     sweep()
+    purge_finished()

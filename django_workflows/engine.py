@@ -55,6 +55,7 @@ MAX_WAIT = timedelta(days=365)
 EVENT_TYPE_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9-_]*$")
 
 _ZERO = timedelta(0)
+_USER_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
 
 
 class Suspend(BaseException):
@@ -298,7 +299,9 @@ class Replay:
             if self.fatal is not None:
                 return self.errored(self.fatal, "")
             return self.suspend(suspension)
-        except Exception as exc:
+        except _USER_FAILURES as exc:
+            # SystemExit and KeyboardInterrupt raised by the workflow's own code fail the instance
+            # instead of the worker: django-q2's workers ignore SIGINT, so they cannot be an operator's.
             return self.errored(self.fatal or exc, traceback.format_exc())
         if self.fatal is not None:
             return self.errored(self.fatal, "")
@@ -435,7 +438,7 @@ class Replay:
                 )
             except NotJournalable as exc:
                 failure = StepResultError(f"Step {name!r} returned a value that {exc}", step=key)
-            except Exception as exc:
+            except _USER_FAILURES as exc:
                 failure = exc
             ended = clock.now()
             attempt = {"attempt": number, "start": _iso(started), "end": _iso(ended), "success": failure is None}
@@ -457,7 +460,7 @@ class Replay:
             error = describe_error(failure)
             attempt["error"] = {"name": error["name"], "message": error["message"]}
             attempts.append(attempt)
-            retryable = not isinstance(failure, (NonRetryableError, StepResultError))
+            retryable = not isinstance(failure, (NonRetryableError, StepResultError, SystemExit, KeyboardInterrupt))
             if retryable and number < policy.max_attempts:
                 delay = policy.delay_after(number)
                 if delay <= _ZERO:

@@ -19,10 +19,13 @@ from django.db.models import F
 
 from django_workflows import clock
 from django_workflows.conf import workflow_settings
-from django_workflows.dispatch import next_wake_time, sweep, wake_due
+from django_workflows.dispatch import next_wake_time, purge_finished, sweep, wake_due
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
 
 logger = logging.getLogger("django_workflows.worker")
+
+# Seconds between retention sweeps: deleting old instances is not urgent.
+PURGE_INTERVAL = 60.0
 
 
 def _children_of(pid: int) -> list[int]:
@@ -108,6 +111,7 @@ class Worker:
         self.started = time.monotonic()
         self._last_sweep = 0.0
         self._last_probe = 0.0
+        self._last_purge = 0.0
 
     # Signals.
 
@@ -183,6 +187,9 @@ class Worker:
         WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
             last_seen=now, wakeups=F("wakeups") + woken, redispatched=F("redispatched") + redispatched
         )
+        if time.monotonic() - self._last_purge >= PURGE_INTERVAL:
+            self._last_purge = time.monotonic()
+            purge_finished(now)
         if self.cluster:
             self.watch_cluster(now)
 

@@ -1,0 +1,43 @@
+"""Template helpers for the workflows admin."""
+
+from __future__ import annotations
+
+import json
+
+from django import template
+
+from django_workflows.drawing.timeline import human_duration
+
+register = template.Library()
+
+
+@register.filter
+def pretty_json(value) -> str:
+    """A JSON value indented for reading. Returned as plain text, so the template escapes it."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@register.filter
+def status_badge(status: str):
+    from django_workflows.admin import status_badge_html
+
+    return status_badge_html(status)
+
+
+@register.filter
+def duration_between(start, end) -> str:
+    if start is None or end is None:
+        return ""
+    return human_duration((end - start).total_seconds())
+
+
+@register.inclusion_tag("django_workflows/admin/includes/app_links.html", takes_context=True)
+def workflows_admin_links(context):
+    """The approval queue and the workflows' diagrams, for the app's admin index."""
+    from django_workflows.admin import awaiting_approval
+
+    user = context["request"].user
+    can_view = user.has_perm("django_workflows.view_instance") or user.has_perm(
+        "django_workflows.change_instance"
+    )
+    return {"can_view": can_view, "approvals_count": awaiting_approval().count() if can_view else 0}

@@ -1,0 +1,97 @@
+"""The admin in a real browser: log in, open an approval that waits, approve it, and see it complete.
+
+Runs Chromium headless through Playwright against the live server, with the inline executor so each
+replay runs in the server's thread when its change commits. Screenshots of the list, the instance page
+with its timeline, and the workflow's diagram are saved under var/screenshots/.
+"""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from django_workflows import workflows
+from django_workflows.models import Event
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """The system's Chromium, installed from the distribution's packages when it is missing."""
+    if not Path(CHROMIUM).exists():
+        subprocess.run(["sh", "-c", "apt-get update && apt-get install -y chromium"], check=True)
+    return CHROMIUM
+
+
+@pytest.fixture
+def inline_workflows(settings):
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+
+
+def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workflows, transactional_db):
+    from playwright.sync_api import expect, sync_playwright
+
+    User.objects.create_superuser("reviewer", "reviewer@example.com", "a-long-test-password")
+    instance = workflows.get("approval").create(id="order-42", params={"amount": 120, "currency": "EUR"})
+    assert instance.status()["status"] == "waiting"  # the inline executor ran it up to its wait
+    # A few neighbours, so the list shows several statuses.
+    workflows.get("three-steps").create(id="order-41", params={"amount": 80})
+    workflows.get("sleeper").create(id="nightly-report", params={"duration": "8 hours"})
+    workflows.get("uncaught").create(id="import-7", params={})
+    workflows.get("sleeper").create(id="weekly-digest", params={"duration": "7 days"}).pause()
+    workflows.get("approval").create(id="order-40", params={"amount": 990}).terminate()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    # Playwright's sync API keeps an event loop in this thread, where Django refuses database calls:
+    # everything in the database is set up before it starts and checked after it stops.
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{live_server.url}/admin/login/?next=/admin/django_workflows/instance/")
+            page.fill("#id_username", "reviewer")
+            page.fill("#id_password", "a-long-test-password")
+            page.click("input[type=submit]")
+            expect(page.locator("#result_list")).to_be_visible()
+            expect(page.locator(".dw-status-bar")).to_contain_text("waiting")
+            page.screenshot(path=str(SCREENSHOTS / "instance-list.png"), full_page=True)
+
+            page.get_by_role("link", name="order-42").click()
+            headline = page.locator(".dw-headline .dw-badge")
+            expect(headline).to_have_text("waiting")
+            expect(page.locator(".dw-awaiting")).to_contain_text("Waiting for manager-approval")
+            page.fill(".dw-awaiting textarea[name=comment]", "Within budget.")
+            page.locator(".dw-awaiting").get_by_role("button", name="Approve").click()
+
+            expect(page.locator(".messagelist")).to_contain_text("Approved: event 'manager-approval' sent")
+            expect(headline).to_have_text("complete")
+            expect(page.locator("svg.dw-timeline")).to_contain_text("manager-approval · admin:reviewer")
+            page.screenshot(path=str(SCREENSHOTS / "instance-timeline.png"), full_page=True)
+
+            page.locator(".dw-headline").get_by_role("link", name="approval").click()
+            expect(page.locator("svg.dw-diagram")).to_contain_text("expire")
+            page.screenshot(path=str(SCREENSHOTS / "workflow-diagram.png"), full_page=True)
+        finally:
+            browser.close()
+
+    event = Event.objects.get(instance_id=instance.pk)
+    assert (event.payload, event.sender) == (
+        {"outcome": "approved", "comment": "Within budget."},
+        "admin:reviewer",
+    )
+    assert instance.status()["output"]["status"] == "approved"
+    for name in ("instance-list.png", "instance-timeline.png", "workflow-diagram.png"):
+        assert (SCREENSHOTS / name).stat().st_size > 10_000, name

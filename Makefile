@@ -14,7 +14,7 @@ POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 
-.PHONY: test test-sqlite test-postgres demo demo-smoke clean
+.PHONY: test test-sqlite test-postgres demo demo-smoke clean bench
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,3 +53,15 @@ demo-smoke: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3*
+
+# make bench          - the benchmarks of issue 7 (~20 minutes): prints the table, writes benchmarks/REPORT.md
+#                       and benchmarks/report.png; SQLite, and PostgreSQL (BENCH_POSTGRES_URL, default
+#                       postgres://postgres@127.0.0.1:5432/bench_workflows, created and dropped) with the ORM
+#                       and the Redis broker (127.0.0.1:6379 db 7) when reachable.
+# make bench QUICK=1  - small counts, one run each (CI, under 3 minutes): writes benchmarks/quick/REPORT.md;
+#                       reports goals, asserts none.
+QUICK ?=
+bench: $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check -r benchmarks/requirements.txt || \
+		echo "== could not install benchmarks/requirements.txt: the DBOS rows will say why"
+	$(PY) -m benchmarks $(if $(filter 1 yes true,$(QUICK)),--quick)

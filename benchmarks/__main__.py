@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.driver import main
+
+sys.exit(main())

@@ -1,0 +1,268 @@
+"""``python -m benchmarks [--quick]``: set up the databases, run every measurement, write the report.
+
+Each measurement runs in a child process configured by ``benchmarks.settings`` through its
+environment (no Django in this one): SQLite (a fresh WAL file in a temporary directory) and
+PostgreSQL (``bench_workflows`` and, for DBOS, ``bench_workflows_dbos``, created here and dropped at
+the end), the ORM broker, and Redis (db 7, flushed) on PostgreSQL. A PostgreSQL or Redis that
+cannot be reached, or a DBOS that cannot be imported, leaves its rows "not measured", with the
+reason; the exit code is non-zero only when a measurement that could run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+from benchmarks.common import log
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bench_workflows")
+REDIS_DB = 7
+INLINE = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+# Variables the children must not inherit from whoever runs this (a test shell's DATABASE_URL, say).
+SCRUBBED = ("DATABASE_URL", "TEST_DATABASE_NAME", "TEST_BROKER", "TEST_REDIS_DB", "TEST_WORKFLOWS_SETTINGS",
+            "TEST_Q_CLUSTER_NAME", "TEST_AUDIT_REPLAYS", "BENCH_QUERY_LOG", "BENCH_WORKFLOWS_SETTINGS",
+            "BENCH_CONN_MAX_AGE", "DJANGO_SETTINGS_MODULE")
+
+
+def _postgres_params(url: str) -> dict:
+    parsed = urlparse(url)
+    return {"host": parsed.hostname or "127.0.0.1", "port": parsed.port or 5432, "user": parsed.username or "postgres",
+            "password": parsed.password or None, "dbname": parsed.path.lstrip("/") or "bench_workflows"}
+
+
+class Postgres:
+    """Creates and drops the benchmark's own databases, over a connection to template1."""
+
+    def __init__(self, url: str):
+        self.params = _postgres_params(url)
+        self.name = self.params["dbname"]
+        if self.name in ("test", "postgres", "root", "template0", "template1"):
+            raise SystemExit(f"refusing to use the database {self.name!r}: others use it")
+        self.dbos_name = f"{self.name}_dbos"
+
+    def _admin(self):
+        import psycopg
+
+        params = {k: v for k, v in self.params.items() if k != "dbname" and v is not None}
+        return psycopg.connect(dbname="template1", autocommit=True, connect_timeout=3, **params)
+
+    def reachable(self) -> str | None:
+        try:
+            self._admin().close()
+            return None
+        except Exception as exc:
+            return f"PostgreSQL unreachable at {self.params['host']}:{self.params['port']}: {exc}".strip()
+
+    def create(self) -> None:
+        with self._admin() as conn:
+            for name in (self.name, self.dbos_name):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+
+    def drop(self) -> None:
+        with self._admin() as conn:
+            for name in (self.name, self.dbos_name):
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def url(self, name: str | None = None) -> str:
+        p = self.params
+        auth = p["user"] + (f":{p['password']}" if p["password"] else "")
+        return f"postgresql://{auth}@{p['host']}:{p['port']}/{name or self.name}"
+
+
+def redis_reachable() -> str | None:
+    try:
+        import redis
+
+        redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB, socket_timeout=3).ping()
+        return None
+    except Exception as exc:
+        return f"Redis unreachable at 127.0.0.1:6379: {exc}"
+
+
+def flush_redis() -> None:
+    try:
+        import redis
+
+        redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB, socket_timeout=3).flushdb()
+    except Exception:
+        pass
+
+
+def child_env(database: dict, broker: str, workflows: dict, extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env.update(extra or {})
+    env.update({"DJANGO_SETTINGS_MODULE": "benchmarks.settings", "PYTHONPATH": str(ROOT),
+                "BENCH_WORKFLOWS_SETTINGS": json.dumps(workflows), "TEST_DATABASE_NAME": database["name"],
+                "PYTHONUNBUFFERED": "1"})
+    if database.get("url"):
+        env["DATABASE_URL"] = database["url"]
+    if broker == "redis":
+        env.update({"TEST_BROKER": "redis", "TEST_REDIS_DB": str(REDIS_DB)})
+    return env
+
+
+def run_child(args: list[str], env: dict, timeout: float) -> str | None:
+    """Run ``python -m <args>``; return None on success, or why it failed."""
+    log(f"== {' '.join(args[:2])} {' '.join(a for a in args[2:] if not a.startswith('/'))}")
+    try:
+        completed = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"timed out after {timeout:.0f} s"
+    return None if completed.returncode == 0 else f"exit code {completed.returncode}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--quick", action="store_true", help="small counts, one run each (CI)")
+    parser.add_argument("--only", default="", help="comma-separated configurations: sqlite, postgres, "
+                        "sqlite-orm, postgres-orm, postgres-redis, postgres-orm-max-age-0")
+    parser.add_argument("--profile", action="store_true", help="also record py-spy profiles of the workers")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory and the databases")
+    parser.add_argument("--output", default="", help="where REPORT.md goes (default: benchmarks/, or "
+                        "benchmarks/quick/ with --quick)")
+    args = parser.parse_args()
+    started = time.time()
+    # A profiled run is perturbed by the profilers: its report goes beside the profiles, not over REPORT.md.
+    out_dir = Path(args.output) if args.output else (
+        HERE / "profiles" if args.profile else HERE / "quick" if args.quick else HERE)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-workflows-"))
+    profile_dir = out_dir if args.profile else None
+    if profile_dir:
+        profile_dir.mkdir(exist_ok=True)
+    only = set(filter(None, args.only.split(",")))
+    quick = ["--quick"] if args.quick else []
+
+    sqlite_db = {"name": str(work / "bench.sqlite3")}
+    postgres = Postgres(POSTGRES_URL)
+    pg_missing = postgres.reachable()
+    redis_missing = redis_reachable()
+    results: dict = {"quick": args.quick, "started": started, "configs": {}, "skipped": {}, "failed": {}}
+    try:
+        import dbos  # noqa: F401
+        dbos_missing = None
+    except Exception as exc:
+        dbos_missing = f"dbos cannot be imported: {type(exc).__name__}: {exc}"
+    results["dbos_missing"] = dbos_missing
+
+    plan = [
+        ("sqlite", "inproc", sqlite_db, "orm", None, {}),
+        ("postgres", "inproc", None, "orm", pg_missing, {}),
+        ("sqlite-orm", "cluster", sqlite_db, "orm", None, {}),
+        ("postgres-orm", "cluster", None, "orm", pg_missing, {}),
+        ("postgres-redis", "cluster", None, "redis", pg_missing or redis_missing, {}),
+    ]
+    if not args.quick:
+        # postgres-orm with Django's default CONN_MAX_AGE = 0, smaller (2,000 would take minutes a run).
+        plan.append(("postgres-orm-max-age-0", "cluster", None, "orm", pg_missing,
+                     {"BENCH_CONN_MAX_AGE": "0", "parts": "throughput,latency,idle", "count": "500"}))
+    try:
+        if not pg_missing:
+            postgres.create()
+        pg_db = {"name": postgres.name, "url": postgres.url()}
+        migrated = set()
+        for name, kind, database, broker, missing, extra in plan:
+            if only and name not in only:
+                continue
+            if missing:
+                log(f"== {name}: not measured ({missing})")
+                results["skipped"][name] = missing
+                continue
+            database = database or pg_db
+            if database["name"] not in migrated:
+                env = child_env(database, "orm", {})
+                subprocess.run([sys.executable, "-m", "django", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+                migrated.add(database["name"])
+            out = work / f"{name}.json"
+            if kind == "inproc":
+                dbos_url = ""
+                if not dbos_missing:
+                    dbos_url = (f"sqlite:///{work / 'dbos.sqlite3'}" if database is sqlite_db
+                                else postgres.url(postgres.dbos_name))
+                failure = run_child(["benchmarks.inproc", "--out", str(out), "--dbos-url", dbos_url, *quick],
+                                    child_env(database, broker, INLINE), timeout=900)
+                if profile_dir and not failure:
+                    failure = run_child(["benchmarks.profile", "--out-dir", str(profile_dir)],
+                                        child_env(database, broker, INLINE), timeout=600)
+            else:
+                if broker == "redis":
+                    flush_redis()
+                extra = dict(extra)
+                options = ["--profile-dir", str(profile_dir)] if profile_dir else []
+                options += ["--parts", extra.pop("parts")] if "parts" in extra else []
+                options += ["--throughput-count", extra.pop("count")] if "count" in extra else []
+                failure = run_child(["benchmarks.cluster", "--out", str(out), "--work-dir", str(work),
+                                     "--name", name, *quick, *options], child_env(database, broker, {}, extra),
+                                    timeout=1200)
+                if broker == "redis":
+                    flush_redis()
+            if failure:
+                log(f"== {name} FAILED: {failure}")
+                results["failed"][name] = failure
+                for log_file in work.glob(f"worker-{name}.log"):
+                    print(log_file.read_text(errors="replace")[-4000:], file=sys.stderr)
+                continue
+            results["configs"][name] = json.loads(out.read_text())
+    finally:
+        if not pg_missing and not args.keep:
+            try:
+                postgres.drop()
+            except Exception as exc:
+                log(f"could not drop the benchmark databases: {exc}")
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log(f"kept {work}")
+    results["seconds"] = time.time() - started
+    results["machine"] = machine()
+
+    from benchmarks import report
+
+    report.write(results, out_dir)
+    return 1 if results["failed"] else 0
+
+
+def machine() -> dict:
+    import platform
+
+    info = {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        info["load_average"] = os.getloadavg()
+    except OSError:
+        pass
+    try:
+        import django
+        import django_q
+
+        info["django"] = django.get_version()
+        info["django_q2"] = getattr(django_q, "__version__", None)
+        from importlib.metadata import version
+
+        info["django_q2"] = version("django-q2")
+        info["dbos"] = version("dbos")
+    except Exception:
+        pass
+    try:
+        import psycopg
+
+        params = {k: v for k, v in _postgres_params(POSTGRES_URL).items() if k != "dbname" and v is not None}
+        with psycopg.connect(dbname="template1", connect_timeout=3, **params) as conn:
+            info["postgres"] = conn.execute("SHOW server_version").fetchone()[0]
+            info["postgres_synchronous_commit"] = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    except Exception:
+        pass
+    import sqlite3
+
+    info["sqlite"] = sqlite3.sqlite_version
+    return info

@@ -1,0 +1,317 @@
+"""Parts 1, 2, 3 and 6, in one process against one database (``benchmarks.settings`` and its
+environment pick which), on the inline executor.
+
+    python -m benchmarks.inproc --out result.json [--quick]
+
+1. the limit: single-row INSERT + COMMIT of a journal-shaped row, through the Django connection;
+2. the step overhead of a 1,000-step workflow (one replay, timed), and its ratio to (1), per run;
+3. sequential 3-step workflows per second, ours and DBOS Transact's, per run, and the ratio;
+6. resume time with 10, 1,000 and 10,000 journaled steps, and the queries a resume makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import timedelta
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+django.setup()
+
+from django.db import connection  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from benchmarks.common import log, summary, write_json  # noqa: E402
+from django_workflows import clock, executors, workflows  # noqa: E402
+from django_workflows.engine import default_policy, replay  # noqa: E402
+from django_workflows.journal import load  # noqa: E402
+from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind, StepStatus  # noqa: E402
+from django_workflows.testing import RecordingExecutor  # noqa: E402
+
+
+def clean() -> None:
+    Event.objects.all().delete()
+    Step.objects.all().delete()
+    Instance.objects.all().delete()
+
+
+def create_unrun(name: str, params) -> int:
+    """Create an instance without running it (its replay is recorded, not run): its pk."""
+    recorder = RecordingExecutor()
+    executors.push_override(recorder)
+    try:
+        return workflows.get(name).create(params=params).pk
+    finally:
+        executors.pop_override()
+
+
+# -- 1. the limit ---------------------------------------------------------------------------------
+
+class InsertLimit:
+    """Plain ``INSERT INTO django_workflows_step ... VALUES (...)`` in autocommit: one row, one commit,
+    with the columns and values of a succeeded ``step.do`` journal row (no fence, no RETURNING)."""
+
+    def __init__(self):
+        now = clock.now()
+        self.instance_pk = Instance.objects.create(
+            workflow_name="bench-three", instance_id=f"limit-{time.time_ns()}", status=InstanceStatus.COMPLETE,
+            created_at=now, updated_at=now,
+        ).pk
+        ops = connection.ops
+        json_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+        columns = ["instance_id", "key", "name", "kind", "status", "attempts", "config", "result", "error",
+                   "wake_at", "started_at", "ended_at"]
+        placeholders = ["%s"] * 5 + [json_placeholder] * 4 + ["%s"] * 3
+        self.sql = (
+            f"INSERT INTO {ops.quote_name(Step._meta.db_table)} ({', '.join(ops.quote_name(c) for c in columns)}) "
+            f"VALUES ({', '.join(placeholders)})"
+        )
+        iso = now.isoformat()
+        self.attempts = json.dumps([{"attempt": 1, "start": iso, "end": iso, "success": True}])
+        self.config = json.dumps(default_policy().as_config())
+        self.stamp = ops.adapt_datetimefield_value(now)
+        self.run_number = 0
+
+    def run(self, count: int) -> float:
+        """Insert ``count`` rows; return rows per second."""
+        self.run_number += 1
+        params = [
+            (self.instance_pk, f"limit-{self.run_number}-{n}", "limit", StepKind.DO.value,
+             StepStatus.SUCCEEDED.value, self.attempts, self.config, "1", None, None, self.stamp, self.stamp)
+            for n in range(count)
+        ]
+        assert connection.get_autocommit()
+        with connection.cursor() as cursor:
+            started = time.perf_counter()
+            for row in params:
+                cursor.execute(self.sql, row)
+            elapsed = time.perf_counter() - started
+        return count / elapsed
+
+
+# -- 2. step overhead -----------------------------------------------------------------------------
+
+def step_overhead(steps: int) -> float:
+    """One replay of a ``steps``-step workflow of trivial steps: microseconds per step."""
+    pk = create_unrun("bench-steps", {"n": steps})
+    started = time.perf_counter()
+    assert replay(pk)
+    elapsed = time.perf_counter() - started
+    row = Instance.objects.values("status", "output").get(pk=pk)
+    assert row == {"status": "complete", "output": steps}, row
+    return elapsed / steps * 1e6
+
+
+# -- 3. sequential 3-step workflows, ours and DBOS's ----------------------------------------------
+
+def ours_three(count: int) -> float:
+    """``count`` sequential create() of a 3-step workflow, each run to completion by the inline
+    executor inside create(): workflows per second."""
+    handle = workflows.get("bench-three")
+    first = Instance.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    started = time.perf_counter()
+    for _ in range(count):
+        handle.create()
+    elapsed = time.perf_counter() - started
+    done = Instance.objects.filter(pk__gt=first, workflow_name="bench-three", status="complete").count()
+    assert done == count, (done, count)
+    return count / elapsed
+
+
+class Dbos:
+    """The same 3-step workflow in DBOS Transact, on its own system database."""
+
+    def __init__(self, url: str):
+        import sqlalchemy
+        from dbos import DBOS, DBOSConfig
+
+        if url.startswith("sqlite"):
+            # The same durability settings as our SQLite database: WAL, synchronous=NORMAL (DBOS's
+            # own connect hook adds BEGIN IMMEDIATE and a busy timeout).
+            @sqlalchemy.event.listens_for(sqlalchemy.engine.Engine, "connect")
+            def _pragmas(dbapi_connection, record):
+                import sqlite3
+
+                if isinstance(dbapi_connection, sqlite3.Connection):
+                    dbapi_connection.execute("PRAGMA journal_mode=WAL")
+                    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+        config: DBOSConfig = {
+            "name": "bench-workflows",
+            "system_database_url": url,
+            "application_version": "bench-1",
+            "executor_id": "bench",
+            "log_level": "WARNING",
+        }
+        DBOS(config=config)
+
+        @DBOS.step()
+        def step_a():
+            return 1
+
+        @DBOS.step()
+        def step_b(a):
+            return a + 1
+
+        @DBOS.step()
+        def step_c(a, b):
+            return a + b
+
+        @DBOS.workflow()
+        def three():
+            a = step_a()
+            b = step_b(a)
+            return step_c(a, b)
+
+        self.DBOS = DBOS
+        self.workflow = three
+        DBOS.launch()
+        assert self.workflow() == 3
+
+    def run(self, count: int) -> float:
+        started = time.perf_counter()
+        for _ in range(count):
+            self.workflow()
+        return count / (time.perf_counter() - started)
+
+    def close(self) -> None:
+        self.DBOS.destroy(destroy_registry=True)
+
+
+def dbos_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("dbos")
+    except Exception:
+        return None
+
+
+# -- 6. the journal's scale -----------------------------------------------------------------------
+
+def journal_scale(sizes, runs: int) -> dict:
+    result = {}
+    for size in sizes:
+        pk = create_unrun("bench-steps", {"n": size, "sleep": True})
+        built = time.perf_counter()
+        replay(pk)  # runs the steps, journals them, suspends on the hour's sleep
+        built = time.perf_counter() - built
+        assert Step.objects.filter(instance_id=pk).count() == size + 1
+
+        def rewind():
+            past = clock.now() - timedelta(seconds=1)
+            Instance.objects.filter(pk=pk).update(status=InstanceStatus.WAITING, wake_at=past, output=None,
+                                                  ended_at=None)
+            Step.objects.filter(instance_id=pk, kind=StepKind.SLEEP).update(status=StepStatus.WAITING,
+                                                                            wake_at=past, ended_at=None)
+
+        rewind()
+        with CaptureQueriesContext(connection) as ctx:
+            assert replay(pk)
+        statements = [q["sql"] for q in ctx.captured_queries]
+        step_table = Step._meta.db_table
+        journal_reads = [s for s in statements if s.lstrip().upper().startswith("SELECT") and
+                         f'FROM "{step_table}"' in s]
+        resumes, loads = [], []
+        for _ in range(runs):
+            rewind()
+            started = time.perf_counter()
+            assert replay(pk)
+            resumes.append((time.perf_counter() - started) * 1000)
+            assert Instance.objects.values_list("output", flat=True).get(pk=pk) == size
+            started = time.perf_counter()
+            entries = load(pk)
+            loads.append((time.perf_counter() - started) * 1000)
+            assert len(entries) == size + 1
+        result[str(size)] = {
+            "resume_ms": summary(resumes), "load_ms": summary(loads), "build_s": built,
+            "queries": len(statements), "journal_queries": len(journal_reads),
+            "statements": [s[:160] for s in statements],
+        }
+        log(f"  journal {size:>6}: resume {summary(resumes)['median']:.1f} ms, "
+            f"{len(statements)} queries ({len(journal_reads)} journal read)")
+    return result
+
+
+# -- the whole ------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--dbos-url", default="")
+    args = parser.parse_args()
+    quick = args.quick
+    runs = 1 if quick else 5
+    inserts = 300 if quick else 3000
+    steps = 1000
+    three = 30 if quick else 300
+    backend = connection.vendor
+    result: dict = {"backend": backend, "quick": quick}
+    assert "inline" in executors.get_executor().__class__.__module__, "run with the inline executor"
+    clean()
+
+    # Warm up: imports, the connection, the statement caches.
+    limit = InsertLimit()
+    limit.run(50)
+    step_overhead(50)
+    ours_three(5)
+
+    log(f"{backend}: 1-2. insert limit and step overhead, {runs} run(s)")
+    rates, step_us, ratios = [], [], []
+    for n in range(runs):
+        rate = limit.run(inserts)
+        per_step = step_overhead(steps)
+        rates.append(rate)
+        step_us.append(per_step)
+        ratios.append(per_step / (1e6 / rate))
+        log(f"  run {n + 1}: {rate:.0f} inserts/s ({1e6 / rate:.0f} us), step {per_step:.0f} us, "
+            f"ratio {ratios[-1]:.2f}")
+    result["limit"] = {"rate": summary(rates), "us": summary([1e6 / r for r in rates]), "rows": inserts}
+    result["step"] = {"us": summary(step_us), "ratio": summary(ratios), "steps": steps}
+
+    log(f"{backend}: 3. sequential 3-step workflows, ours and DBOS, {runs} run(s) of {three}")
+    dbos, dbos_error = None, None
+    if not args.dbos_url:
+        dbos_error = "no DBOS system database was given"
+    else:
+        try:
+            dbos = Dbos(args.dbos_url)
+            dbos.run(5)
+        except Exception as exc:  # reported as "not measured", with the reason
+            dbos_error = f"{type(exc).__name__}: {exc}"
+            dbos = None
+    ours_rates, dbos_rates, three_ratios = [], [], []
+    for n in range(runs):
+        # Alternate the order, so drift (others' load) does not favour one side.
+        if dbos is not None and n % 2:
+            dbos_rates.append(dbos.run(three))
+            ours_rates.append(ours_three(three))
+        else:
+            ours_rates.append(ours_three(three))
+            if dbos is not None:
+                dbos_rates.append(dbos.run(three))
+        if dbos is not None:
+            three_ratios.append(ours_rates[-1] / dbos_rates[-1])
+        log(f"  run {n + 1}: ours {ours_rates[-1]:.0f}/s" +
+            (f", DBOS {dbos_rates[-1]:.0f}/s, ratio {three_ratios[-1]:.2f}" if dbos else f" (DBOS: {dbos_error})"))
+    if dbos is not None:
+        dbos.close()
+    result["three"] = {
+        "ours": summary(ours_rates), "dbos": summary(dbos_rates), "ratio": summary(three_ratios),
+        "count": three, "dbos_error": dbos_error, "dbos_version": dbos_version(),
+        "dbos_url": args.dbos_url.split("@")[-1],
+    }
+
+    log(f"{backend}: 6. the journal's scale")
+    result["journal"] = journal_scale((10, 1000, 10000), runs)
+    clean()
+    write_json(args.out, result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Settings for the benchmarks: the test suite's, with the benchmark app and one database.
+
+The database (the same variables as ``tests/workers.py`` uses):
+
+- ``DATABASE_URL=postgres://...``: PostgreSQL; ``TEST_DATABASE_NAME`` replaces the database name
+  (default ``bench_workflows``);
+- otherwise SQLite at the path ``TEST_DATABASE_NAME``, file-backed, with the test suite's OPTIONS
+  (WAL, ``synchronous=NORMAL``, ``BEGIN IMMEDIATE``).
+
+``TEST_BROKER=redis`` switches django-q2 to Redis (``TEST_REDIS_DB``, default 7); the ORM broker on
+the same database is the default. ``BENCH_WORKFLOWS_SETTINGS`` (JSON) is ``DJANGO_WORKFLOWS``.
+``BENCH_QUERY_LOG=<dir>`` counts every SQL statement of every process (``benchmarks/querylog.py``).
+Connections persist (``CONN_MAX_AGE`` 60 s with health checks) unless ``BENCH_CONN_MAX_AGE`` says otherwise.
+"""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from tests.settings import *  # noqa: F401,F403
+from tests.settings import INSTALLED_APPS as _TEST_APPS
+from tests.settings import SQLITE_OPTIONS, database_from_url
+
+INSTALLED_APPS = [
+    app for app in _TEST_APPS if app not in ("examples", "tests.testapp.apps.TestAppConfig")
+] + ["benchmarks.apps.BenchmarksConfig"]
+ROOT_URLCONF = "benchmarks.urls"
+
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+    DATABASES["default"]["NAME"] = os.environ.get("TEST_DATABASE_NAME") or "bench_workflows"
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("TEST_DATABASE_NAME")
+            or str(Path(tempfile.gettempdir()) / "bench-workflows.sqlite3"),
+            "OPTIONS": SQLITE_OPTIONS,
+        }
+    }
+
+# Persistent connections, as a production site would run: with Django's default CONN_MAX_AGE = 0,
+# django-q2 opens a new connection for every poll of its queue and every task (PROFILES.md).
+# BENCH_CONN_MAX_AGE=0 measures that default.
+DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("BENCH_CONN_MAX_AGE", "60"))
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+# README's recommended Q_CLUSTER ("Running in production"), 2 workers per machine.
+Q_CLUSTER = {
+    "name": "bench",
+    "workers": 2,
+    "timeout": 900,
+    "retry": 960,
+    "ack_failures": True,
+    "save_limit": -1,
+    "queue_limit": 8,
+    "poll": 0.1,
+    "catch_up": False,
+}
+if os.environ.get("TEST_BROKER") == "redis":
+    Q_CLUSTER["redis"] = {"host": "127.0.0.1", "port": 6379, "db": int(os.environ.get("TEST_REDIS_DB", "7"))}
+else:
+    Q_CLUSTER["orm"] = "default"
+
+DJANGO_WORKFLOWS = json.loads(os.environ.get("BENCH_WORKFLOWS_SETTINGS") or "{}")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}

@@ -1,0 +1,65 @@
+"""The workflows the benchmarks run (the worker subprocesses load them too)."""
+
+import time
+
+from django_workflows import WorkflowEntrypoint
+
+
+def _one():
+    return 1
+
+
+class BenchSteps(WorkflowEntrypoint):
+    """``n`` trivial steps (params ``{"n": ...}``), then, with ``"sleep": true``, a one-hour sleep."""
+
+    name = "bench-steps"
+    step_limit = 25_000
+
+    def run(self, event, step):
+        total = 0
+        for _ in range(event.payload["n"]):
+            total += step.do("s", _one)
+        if event.payload.get("sleep"):
+            step.sleep("nap", "1 hour")
+        return total
+
+
+class BenchThree(WorkflowEntrypoint):
+    """Three trivial steps: the unit of throughput."""
+
+    name = "bench-three"
+
+    def run(self, event, step):
+        a = step.do("a", _one)
+        b = step.do("b", lambda: a + 1)
+        return step.do("c", lambda: a + b)
+
+
+class BenchWaiter(WorkflowEntrypoint):
+    """Waits for an event, then journals the wall-clock time at which it resumed."""
+
+    name = "bench-waiter"
+
+    def run(self, event, step):
+        step.wait_for_event("go", "go", timeout="1 hour")
+        return step.do("at", time.time)
+
+
+class BenchTimer(WorkflowEntrypoint):
+    """Sleeps until ``params["until"]`` (epoch seconds), then journals the time at which it woke."""
+
+    name = "bench-timer"
+
+    def run(self, event, step):
+        step.sleep_until("nap", event.payload["until"])
+        return step.do("at", time.time)
+
+
+class BenchNapper(WorkflowEntrypoint):
+    """Sleeps for a day, then one step (the idle test bulk-inserts these, asleep)."""
+
+    name = "bench-napper"
+
+    def run(self, event, step):
+        step.sleep("nap", "1 day")
+        return step.do("after", time.time)

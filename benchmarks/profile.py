@@ -71,7 +71,8 @@ def measure(label: str, fn, per: int, out: Path) -> str:
 
 def compile_costs() -> str:
     """Microseconds to build and compile (``as_sql``, no database) the ORM statements every replay
-    makes, as ``engine.replay`` and ``journal.load`` build them, against running a compiled one."""
+    made until the engine wrote them as SQL (``leases.take``, ``journal.load``, ``JournalWriter.release``),
+    against running a compiled one: the "before" of PROFILES.md's first finding."""
     import timeit
     from datetime import timedelta
 
@@ -80,8 +81,9 @@ def compile_costs() -> str:
     from django.db.models.sql import UpdateQuery
 
     from django_workflows import clock
-    from django_workflows.engine import _TAKEN_OVER
     from django_workflows.models import Instance, InstanceStatus, Step
+
+    _TAKEN_OVER = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
 
     def update_sql(queryset, **values):
         query = queryset.query.chain(UpdateQuery)

@@ -20,10 +20,8 @@ import traceback
 from datetime import UTC, datetime, timedelta
 
 from django.db import router, transaction
-from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Value, When
-from django.db.models.functions import Coalesce
 
-from django_workflows import clock
+from django_workflows import clock, leases
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEvent, WorkflowStepEvent, registry
 from django_workflows.durations import parse_duration
@@ -41,8 +39,7 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.executors import get_executor
-from django_workflows.journal import Entry, Fenced, JournalWriter, encoded, load
-from django_workflows.leases import keeper
+from django_workflows.journal import WAITING_UNLESS_PAUSE_ASKED, Entry, Fenced, JournalWriter, encoded, load
 from django_workflows.models import Event, Instance, InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import StepPolicy, build_policy
 from django_workflows.serialization import NotJournalable, encode
@@ -197,9 +194,6 @@ def enqueue(instance_pk: int) -> None:
         )
 
 
-_TAKEN_OVER = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
-
-
 def replay(instance_pk: int) -> bool:
     """Run one replay of the instance if it is runnable; return whether one ran.
 
@@ -207,37 +201,17 @@ def replay(instance_pk: int) -> bool:
     workers: the conditional UPDATE that takes the lease lets one through, and
     the others return at once.
     """
-    now = clock.now()
-    claimed = Instance.objects.runnable(now).filter(pk=instance_pk).update(
-        status=Case(
-            When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.WAITING_FOR_PAUSE)),
-            default=Value(InstanceStatus.RUNNING),
-        ),
-        epoch=F("epoch") + 1,
-        # Taking over an expired lease means the last replay died without finishing.
-        crash_count=Case(
-            When(status__in=_TAKEN_OVER, then=F("crash_count") + 1),
-            default=F("crash_count"),
-            output_field=PositiveIntegerField(),
-        ),
-        lease_owner=_lease_owner(),
-        lease_expires_at=now + timedelta(seconds=workflow_settings.LEASE_SECONDS),
-        wake_at=None,
-        started_at=Coalesce("started_at", Value(now, output_field=DateTimeField())),
-        updated_at=now,
-    )
-    if not claimed:
+    instance = leases.take(instance_pk, _lease_owner(), clock.now(), workflow_settings.LEASE_SECONDS)
+    if instance is None:
         return False
-    instance = Instance.objects.only(
-        "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count"
-    ).get(pk=instance_pk)
     signal_args = {"instance_pk": instance_pk, "epoch": instance.epoch, "workflow_name": instance.workflow_name}
     replay_started.send(sender=Instance, started=time.time(), **signal_args)
     outcome, current = "fenced", Replay(instance)
     try:
-        with keeper.hold(instance_pk, instance.epoch):
+        with leases.keeper.hold(instance_pk, instance.epoch):
             outcome = current.run()
     finally:
+        current.writer.close()
         replay_finished.send(sender=Instance, outcome=outcome, released=current.released or time.time(),
                              **signal_args)
     return True
@@ -286,7 +260,9 @@ class Replay:
             self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
             return self.suspend(Suspend(pause=True))
-        self.journal = load(self.pk)
+        # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
+        # too), and journal rows are only written under a lease: there is nothing to load.
+        self.journal = load(self.pk) if instance.epoch > 1 else {}
         event = WorkflowEvent(
             payload=instance.params,
             timestamp=instance.created_at,
@@ -307,20 +283,17 @@ class Replay:
             return self.errored(self.fatal, "")
         return self.complete(output)
 
-    def _finish(self, **fields) -> int:
+    def _finish(self, **fields) -> bool:
         self.released = time.time()
-        now = clock.now()
-        return Instance.objects.filter(pk=self.pk, epoch=self.writer.epoch).update(
-            lease_owner="", lease_expires_at=None, crash_count=0, updated_at=now, **fields
-        )
+        return self.writer.release(clock.now(), **fields)
 
     def complete(self, output) -> str:
         try:
-            encode(output, self.result_limit)
+            text, _ = encode(output, self.result_limit)
         except NotJournalable as exc:
             return self.errored(StepResultError(f"The output of run() {exc}"), "")
         now = clock.now()
-        if not self._finish(status=InstanceStatus.COMPLETE, output=output, ended_at=now, wake_at=None,
+        if not self._finish(status=InstanceStatus.COMPLETE, output=encoded(text), ended_at=now, wake_at=None,
                             waiting_for=None, current_step=""):
             raise Fenced()
         return InstanceStatus.COMPLETE
@@ -339,22 +312,18 @@ class Replay:
             if not self._finish(status=InstanceStatus.PAUSED, current_step=suspension.step_key):
                 raise Fenced()
             return InstanceStatus.PAUSED
+        if not suspension.waiting_for:
+            if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at, waiting_for=None,
+                                current_step=suspension.step_key):
+                raise Fenced()
+            return InstanceStatus.WAITING
         with transaction.atomic(using=self.writer.alias):
-            # A pause asked while the replay ran takes effect now that it stops.
-            updated = self._finish(
-                status=Case(
-                    When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.PAUSED)),
-                    default=Value(InstanceStatus.WAITING),
-                ),
-                wake_at=suspension.wake_at,
-                waiting_for=suspension.waiting_for,
-                current_step=suspension.step_key,
-            )
-            if not updated:
+            if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at,
+                                waiting_for=suspension.waiting_for, current_step=suspension.step_key):
                 raise Fenced()
             # An event may have been sent between the inbox check and this update; the row lock
             # that update holds orders us after that sender, so this read sees its event.
-            if suspension.waiting_for and Event.objects.waiting_for(self.pk, suspension.waiting_for).exists():
+            if Event.objects.waiting_for(self.pk, suspension.waiting_for).exists():
                 Instance.objects.filter(pk=self.pk, status=InstanceStatus.WAITING).update(
                     status=InstanceStatus.QUEUED
                 )
@@ -447,7 +416,8 @@ class Replay:
                 if entry is None:
                     _, status = self.writer.insert(
                         key=key, name=name, kind=StepKind.DO, status=StepStatus.SUCCEEDED, attempts=attempts,
-                        config=policy.as_config(), result=encoded(text), started_at=started, ended_at=ended,
+                        config=encoded(policy.config_json), result=encoded(text), started_at=started,
+                        ended_at=ended,
                     )
                 else:
                     _, status = self.writer.update(
@@ -479,7 +449,7 @@ class Replay:
     def _write_attempts(self, entry, key, name, policy, attempts, started, **fields) -> str:
         if entry is None:
             step_id, status = self.writer.insert(
-                key=key, name=name, kind=StepKind.DO, attempts=attempts, config=policy.as_config(),
+                key=key, name=name, kind=StepKind.DO, attempts=attempts, config=encoded(policy.config_json),
                 started_at=started, **fields,
             )
             # Later attempts in this replay update the row just written.

@@ -11,27 +11,51 @@ the replay learns of a ``pause()`` without another query.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, router
 
+from django_workflows import rows
 from django_workflows.models import Instance, Step
 
 
-@dataclass(slots=True)
 class Entry:
-    """One journaled step as the replay sees it."""
+    """One journaled step as the replay sees it.
 
-    id: int
-    kind: str
-    status: str
-    attempts: list
-    result: Any
-    error: dict | None
-    wake_at: datetime | None
-    started_at: datetime
+    A replay of a long journal mostly needs each step's kind, status and result;
+    its attempts, error and times are decoded on first use, so loading 10,000
+    steps does not decode 40,000 values it will never look at.
+    """
+
+    __slots__ = ("id", "kind", "status", "result", "_details", "_decode")
+
+    def __init__(self, id: int, kind: str, status: str, attempts: list, result: Any,  # noqa: A002
+                 error: dict | None, wake_at: datetime | None, started_at: datetime):
+        self.id, self.kind, self.status, self.result = id, kind, status, result
+        self._details = (attempts, error, wake_at, started_at)
+        self._decode = None
+
+    @classmethod
+    def from_row(cls, row, decode_details) -> Entry:
+        """From a row of ``_JOURNAL_COLUMNS``; ``decode_details`` decodes the rest when asked."""
+        entry = cls.__new__(cls)
+        entry.id, entry.kind, entry.status = row[1], row[2], row[3]
+        entry.result = None if row[5] is None else json.loads(row[5])
+        entry._details = (row[4], row[6], row[7], row[8])
+        entry._decode = decode_details
+        return entry
+
+    def _detail(self, index: int):
+        if self._decode is not None:
+            self._details, self._decode = tuple(self._decode(self._details)), None
+        return self._details[index]
+
+    attempts = property(lambda self: self._detail(0))
+    error = property(lambda self: self._detail(1))
+    wake_at = property(lambda self: self._detail(2))
+    started_at = property(lambda self: self._detail(3))
 
 
 class Fenced(BaseException):
@@ -41,14 +65,45 @@ class Fenced(BaseException):
     """
 
 
+_JOURNAL_COLUMNS = ("key", "id", "kind", "status", "attempts", "result", "error", "wake_at", "started_at")
+_DETAIL_COLUMNS = ("attempts", "error", "wake_at", "started_at")
+
+
 def load(instance_pk: int) -> dict[str, Entry]:
-    rows = Step.objects.filter(instance_id=instance_pk).values_list(
-        "key", "id", "kind", "status", "attempts", "result", "error", "wake_at", "started_at"
+    """The instance's whole journal, by step key, in one query."""
+    connection = connections[router.db_for_read(Step)]
+    ops = connection.ops
+    sql = (
+        f"SELECT {', '.join(ops.quote_name(c) for c in _JOURNAL_COLUMNS)} "
+        f"FROM {ops.quote_name(Step._meta.db_table)} WHERE instance_id = %s"
     )
-    return {row[0]: Entry(*row[1:]) for row in rows}
+    details = rows.reader(connection, Step, _DETAIL_COLUMNS)
+
+    def decode_details(values):
+        return details.decode(values, connection)
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [instance_pk])
+        fetched = cursor.fetchall()
+    return {row[0]: Entry.from_row(row, decode_details) for row in fetched}
 
 
 _JSON_COLUMNS = {"attempts", "config", "result", "error"}
+
+
+def _datetime_adapter(connection):
+    """The connection's datetime adaptation, with a short cut for SQLite storing UTC, which is
+    every write of a replay: Django's adapter checks settings and converts the zone on each call."""
+    adapt = connection.ops.adapt_datetimefield_value
+    if connection.vendor != "sqlite" or not settings.USE_TZ or connection.timezone is not UTC:
+        return adapt
+
+    def adapt_utc(value):
+        if isinstance(value, datetime) and value.tzinfo is UTC:
+            return str(value.replace(tzinfo=None))
+        return adapt(value)
+
+    return adapt_utc
 
 
 class JournalWriter:
@@ -61,8 +116,10 @@ class JournalWriter:
         connection = connections[self.alias]
         self.connection = connection
         ops = connection.ops
-        self._adapt_datetime = ops.adapt_datetimefield_value
+        self._adapt_datetime = _datetime_adapter(connection)
         json_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+        self._json_placeholder = json_placeholder
+        self._open_cursor = self._open_on = None
         self._placeholders = {
             column: json_placeholder if column in _JSON_COLUMNS else "%s" for column in _FIELD_COLUMNS
         }
@@ -75,6 +132,7 @@ class JournalWriter:
         self._fence = f"EXISTS (SELECT 1 FROM {instance_table} fi WHERE fi.id = %s AND fi.epoch = %s{lock})"
         self._returning = f"RETURNING id, (SELECT ri.status FROM {instance_table} ri WHERE ri.id = %s)"
         self._step_table = step_table
+        self._instance_table = instance_table
 
     def _value(self, column: str, value):
         if column in _JSON_COLUMNS:
@@ -104,13 +162,63 @@ class JournalWriter:
         params += [step_id, self.instance_pk, self.epoch, self.instance_pk]
         return self._execute(sql, params)
 
+    def release(self, now: datetime, **fields) -> bool:
+        """Give up the lease and set the instance's ``fields``; False if the epoch moved on.
+
+        ``status`` may be ``WAITING_UNLESS_PAUSE_ASKED``: a pause asked while the replay ran takes
+        effect now that it stops.
+        """
+        status = fields.get("status")
+        assignments, params = [], []
+        for column, value in fields.items():
+            if column == "status" and status is WAITING_UNLESS_PAUSE_ASKED:
+                assignments.append("status = CASE WHEN status = %s THEN %s ELSE %s END")
+                params += [_WAITING_FOR_PAUSE, _PAUSED, _WAITING]
+                continue
+            placeholder = self._json_placeholder if column in _JSON_INSTANCE_COLUMNS else "%s"
+            assignments.append(f"{column} = {placeholder}")
+            if column in _JSON_INSTANCE_COLUMNS and value is not None and not isinstance(value, _Encoded):
+                value = json.dumps(value)
+            elif isinstance(value, datetime):
+                value = self._adapt_datetime(value)
+            params.append(value)
+        sql = (
+            f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, crash_count = 0, "
+            f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s"
+        )
+        params = [self._adapt_datetime(now), *params, self.instance_pk, self.epoch]
+        cursor = self._cursor()
+        cursor.execute(sql, params)
+        return cursor.rowcount > 0
+
+    def _cursor(self):
+        # One cursor for the replay's writes, as long as the connection it was opened on is the
+        # connection's current one (user code may close the connection between steps).
+        if self._open_cursor is None or self._open_on is not self.connection.connection:
+            self._open_cursor = self.connection.cursor()
+            self._open_on = self.connection.connection
+        return self._open_cursor
+
+    def close(self) -> None:
+        if self._open_cursor is not None:
+            if self._open_on is self.connection.connection:
+                self._open_cursor.close()
+            self._open_cursor = self._open_on = None
+
     def _execute(self, sql: str, params) -> tuple[int, str]:
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+        cursor = self._cursor()
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
         if row is None:
             raise Fenced()
         return row[0], row[1]
+
+
+WAITING_UNLESS_PAUSE_ASKED = object()
+"""The status a suspended replay leaves: waiting, or paused if a pause was asked meanwhile."""
+
+_WAITING, _PAUSED, _WAITING_FOR_PAUSE = "waiting", "paused", "waitingForPause"
+_JSON_INSTANCE_COLUMNS = {"output", "error", "waiting_for"}
 
 
 class _Encoded(str):

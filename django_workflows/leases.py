@@ -74,3 +74,52 @@ class LeaseKeeper:
 
 
 keeper = LeaseKeeper()
+
+
+# -- taking the lease -----------------------------------------------------------------------------
+
+_CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count")
+
+
+def take(instance_pk: int, owner: str, now, lease_seconds: float):
+    """Take the instance's lease if it is runnable, bumping its epoch; return the instance, or None.
+
+    One statement: the conditional UPDATE lets one replay through however many
+    deliveries arrive, and its RETURNING reads what the replay needs. Taking over
+    a lease that expired means the last replay died without finishing: a crash.
+    """
+    from django.db import router
+
+    from django_workflows import rows
+    from django_workflows.models import Instance, InstanceStatus
+
+    alias = router.db_for_write(Instance)
+    connection = connections[alias]
+    ops = connection.ops
+    table = ops.quote_name(Instance._meta.db_table)
+    sql = (
+        f"UPDATE {table} SET "
+        "status = CASE WHEN status = %s THEN status ELSE %s END, "
+        "epoch = epoch + 1, "
+        "crash_count = CASE WHEN status IN (%s, %s) THEN crash_count + 1 ELSE crash_count END, "
+        "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, "
+        "started_at = COALESCE(started_at, %s), updated_at = %s "
+        "WHERE id = %s AND (status IN (%s, %s) OR (status IN (%s, %s) AND lease_expires_at < %s)) "
+        f"RETURNING {', '.join(ops.quote_name(c) for c in _CLAIMED_COLUMNS)}"
+    )
+    running, pausing = InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value
+    stamp = ops.adapt_datetimefield_value(now)
+    params = [
+        pausing, running,
+        running, pausing,
+        owner, ops.adapt_datetimefield_value(now + timedelta(seconds=lease_seconds)),
+        stamp, stamp,
+        instance_pk, InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value, running, pausing, stamp,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = rows.reader(connection, Instance, _CLAIMED_COLUMNS).decode(row, connection)
+    return Instance(**dict(zip(_CLAIMED_COLUMNS, values)))

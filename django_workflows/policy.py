@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +18,7 @@ _RETRY_KEYS = {"limit", "delay", "backoff"}
 
 @dataclass(frozen=True)
 class StepPolicy:
+
     retry_limit: int
     retry_delay: timedelta
     backoff: str
@@ -33,6 +36,11 @@ class StepPolicy:
         if self.backoff == "linear":
             return self.retry_delay * failed_attempts
         return self.retry_delay * (2 ** (failed_attempts - 1))
+
+    @cached_property
+    def config_json(self) -> str:
+        """``as_config()`` as JSON text, encoded once: every new step journals it."""
+        return json.dumps(self.as_config())
 
     def as_config(self) -> dict[str, Any]:
         """The policy in journal form: durations in milliseconds."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 import ctypes
 import heapq
 import itertools
+import math
 import threading
 import time
-
 
 
 def _set_async_exc(thread_id: int, exc_type) -> None:
@@ -43,10 +43,20 @@ class _Watch:
 
 
 class Watchdog:
+    """One thread that sleeps until the earliest deadline of the attempts it watches.
+
+    Watching an attempt wakes the thread only when the attempt's deadline is
+    earlier than the one it sleeps until, which is rare: attempts mostly share
+    one timeout, so a step costs no context switch. Finished attempts are left in
+    the heap until their deadline, or dropped all at once when they are most of it.
+    """
+
     def __init__(self):
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, _Watch]] = []
+        self._finished = 0
+        self._sleeping_until = math.inf
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -59,9 +69,9 @@ class Watchdog:
         entry = _Watch(time.monotonic() + seconds, threading.get_ident())
         with self._lock:
             self._ensure_thread()
-            earliest = self._heap[0][0] if self._heap else None
             heapq.heappush(self._heap, (entry.deadline, next(self._counter), entry))
-            if earliest is None or entry.deadline < earliest:
+            if entry.deadline < self._sleeping_until:
+                self._sleeping_until = entry.deadline
                 self._wakeup.notify()
         return entry
 
@@ -71,23 +81,34 @@ class Watchdog:
             if entry.fired:
                 # The interruption may still be pending in this thread: withdraw it.
                 _set_async_exc(entry.thread_id, None)
+                return
+            self._finished += 1
+            if self._finished > 64 and self._finished * 2 > len(self._heap):
+                self._heap = [item for item in self._heap if not item[2].done]
+                heapq.heapify(self._heap)
+                self._finished = 0
 
     def _loop(self) -> None:
         with self._lock:
             while True:
-                while self._heap and self._heap[0][2].done:
-                    heapq.heappop(self._heap)
                 if not self._heap:
+                    self._sleeping_until = math.inf
                     self._wakeup.wait()
                     continue
-                delay = self._heap[0][0] - time.monotonic()
+                deadline, _, entry = self._heap[0]
+                delay = deadline - time.monotonic()
                 if delay > 0:
+                    # Even when that attempt has finished: sleeping until its deadline rather than
+                    # for ever spares the next watch() a wake-up.
+                    self._sleeping_until = deadline
                     self._wakeup.wait(delay)
                     continue
-                entry = heapq.heappop(self._heap)[2]
-                if not entry.done:
-                    entry.fired = True
-                    _set_async_exc(entry.thread_id, AttemptTimedOut)
+                heapq.heappop(self._heap)
+                if entry.done:
+                    self._finished = max(self._finished - 1, 0)
+                    continue
+                entry.fired = True
+                _set_async_exc(entry.thread_id, AttemptTimedOut)
 
 
 watchdog = Watchdog()

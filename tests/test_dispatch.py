@@ -147,3 +147,27 @@ def test_the_lease_keeper_renews_a_held_lease(settings):
     with keeper.hold(instance.pk, 8):  # another epoch: not ours to renew
         time.sleep(1.5)
     assert Instance.objects.get(pk=instance.pk).lease_expires_at == renewed
+
+
+def _plan(sql: str, params) -> str:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # A test table is tiny; forbid the sequential scan to see which index the query can use.
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return "\n".join(str(row) for row in cursor.fetchall())
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_wake_up_queries_walk_the_wake_index_without_sorting(workflows_env):
+    from django.db import transaction
+
+    # Without statistics (a database never ANALYZEd, as migrate leaves it) SQLite used to pick the
+    # (status, updated_at) index and sort every waiting instance, once a second.
+    query = Instance.objects.filter(status="waiting", wake_at__isnull=False).order_by("wake_at").values("wake_at")[:1]
+    sql, params = query.query.sql_with_params()
+    with transaction.atomic():
+        plan = _plan(sql, params)
+    assert "dw_instance_wake" in plan and "TEMP B-TREE" not in plan and "Sort" not in plan, plan

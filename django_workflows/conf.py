@@ -42,8 +42,12 @@ DEFAULTS: dict[str, Any] = {
     # Replays in a row that end with their lease expired (the worker died) before the instance
     # is parked as errored instead of being delivered again.
     "POISON_LIMIT": 3,
-    # Seconds; the wake-up loop never sleeps longer than this between looks at the next wake time.
+    # Seconds; the wake-up loop never sleeps longer than this between looks at the next wake time,
+    # unless the database tells it of new wake times (PostgreSQL's NOTIFY, SQLite's log file).
     "WAKE_INTERVAL": 1.0,
+    # Seconds an idle wake-up loop, or the ORM broker of django_workflows.broker, relies on the
+    # database telling it of changes before it looks anyway.
+    "IDLE_RECHECK_SECONDS": 30.0,
     # Instances the wake-up loop claims per query.
     "WAKE_BATCH": 500,
     # Seconds between sweeps for expired leases and lost replay tasks.

@@ -14,10 +14,10 @@ import time
 import uuid
 from datetime import timedelta
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connections, router
 from django.db.models import F
 
-from django_workflows import clock
+from django_workflows import changes, clock
 from django_workflows.conf import workflow_settings
 from django_workflows.dispatch import next_wake_time, purge_finished, sweep, wake_due
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
@@ -112,6 +112,7 @@ class Worker:
         self._last_sweep = 0.0
         self._last_probe = 0.0
         self._last_purge = 0.0
+        self.wake_watcher: changes.ChangeWatcher = changes.ChangeWatcher(workflow_settings.WAKE_INTERVAL)
 
     # Signals.
 
@@ -141,6 +142,8 @@ class Worker:
         )
         if self.cluster:
             self.cluster.start()
+        self.wake_watcher = changes.watcher(router.db_for_read(Instance), changes.WAKE_CHANNEL,
+                                            workflow_settings.WAKE_INTERVAL)
         try:
             while not self.stop_event.is_set():
                 if self.max_seconds is not None and time.monotonic() - self.started >= self.max_seconds:
@@ -152,17 +155,29 @@ class Worker:
                     # A database restart or a network blip: log it, wait a moment, carry on.
                     logger.exception("Worker loop failed; retrying in a second.")
                     close_old_connections()
-                    pause = 1.0
-                self.stop_event.wait(pause)
+                    self.stop_event.wait(1.0)
+                    continue
+                self.idle(pause)
         finally:
+            self.wake_watcher.close()
             if self.cluster:
                 self.cluster.stop()
             close_old_connections()
             WorkerHeartbeat.objects.filter(worker_id=self.worker_id).delete()
 
+    def idle(self, pause: float) -> None:
+        """Sleep ``pause`` seconds, less if the database tells of a new wake time or a stop is asked."""
+        deadline = time.monotonic() + pause
+        while not self.stop_event.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.wake_watcher.wait(min(left, 0.5)):
+                return
+
     def run_once(self) -> float:
         """One look at the timers (and, when due, one sweep); return how long to sleep."""
-        interval = workflow_settings.WAKE_INTERVAL
+        # A loop that is told of new wake times needs no look before the next one it knows of.
+        interval = (workflow_settings.WAKE_INTERVAL if self.wake_watcher.kind == "polling"
+                    else workflow_settings.IDLE_RECHECK_SECONDS)
         now = clock.now()
         next_wake = next_wake_time()
         woken = 0
@@ -177,9 +192,10 @@ class Worker:
             WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
                 wakeups=F("wakeups") + woken
             )
-        if next_wake is None:
-            return interval
-        return max(0.0, min(interval, (next_wake - clock.now()).total_seconds()))
+        interval = min(interval, workflow_settings.SWEEP_INTERVAL - (time.monotonic() - self._last_sweep))
+        if next_wake is not None:
+            interval = min(interval, (next_wake - clock.now()).total_seconds())
+        return max(0.0, interval)
 
     def sweep_and_beat(self, woken: int = 0) -> None:
         redispatched = sweep()

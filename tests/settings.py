@@ -114,6 +114,8 @@ if os.environ.get("TEST_BROKER") == "redis":
     Q_CLUSTER["redis"] = {"host": "127.0.0.1", "port": 6379, "db": int(os.environ.get("TEST_REDIS_DB", "5"))}
 else:
     Q_CLUSTER["orm"] = "default"
+    # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
+    Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
 
 # drf-spectacular draws the API's OpenAPI schema (/workflows/schema/).
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}

@@ -115,6 +115,7 @@ def test_q_cluster_recommended_settings_pass():
         ({"queue_limit": None}, "django_workflows.W105"),
         ({"ack_failures": False}, "django_workflows.W106"),
         ({"save_limit": 0}, "django_workflows.W107"),
+        ({"broker_class": None}, "django_workflows.W108"),
     ],
 )
 def test_q_cluster_checks(settings, change, expected):

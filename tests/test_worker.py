@@ -47,8 +47,10 @@ def redis_broker(settings, monkeypatch):
     redis.Redis(host="127.0.0.1", port=6379, db=db).flushdb()
     redis_conf = {"host": "127.0.0.1", "port": 6379, "db": db}
     monkeypatch.setattr(Conf, "ORM", None)
+    monkeypatch.setattr(Conf, "BROKER_CLASS", None)
     monkeypatch.setattr(Conf, "REDIS", redis_conf)
-    settings.Q_CLUSTER = {**{k: v for k, v in settings.Q_CLUSTER.items() if k != "orm"}, "redis": redis_conf}
+    settings.Q_CLUSTER = {**{k: v for k, v in settings.Q_CLUSTER.items() if k not in ("orm", "broker_class")},
+                          "redis": redis_conf}
     return "redis"
 
 

@@ -22,6 +22,7 @@ from django_workflows.executors.base import BaseExecutor
 REPLAY_TASK = "django_workflows.executors.q2.run_replay"
 PROBE_TASK = "django_workflows.executors.q2.answer_probe"
 TASK_GROUP = "django_workflows"
+ORM_BROKER = "django_workflows.broker.ORMBroker"
 
 
 def q_cluster() -> dict:
@@ -116,6 +117,14 @@ class DjangoQExecutor(BaseExecutor):
                 "Q_CLUSTER save_limit is 0 (unlimited): django-q2's task table grows without end.",
                 hint="Set save_limit to a bound, or -1 to keep no successful tasks.",
                 id="django_workflows.W107",
+            ))
+        if uses_orm_broker() and conf.get("broker_class") != ORM_BROKER:
+            messages.append(Warning(
+                "Q_CLUSTER uses django-q2's own ORM broker: an idle worker queries the queue table every "
+                f"{conf.get('poll', 0.2)} s (poll).",
+                hint=f"Add 'broker_class': '{ORM_BROKER}', which sleeps until a task is enqueued (a NOTIFY "
+                     "on PostgreSQL, the database's log file on SQLite).",
+                id="django_workflows.W108",
             ))
         return messages
 

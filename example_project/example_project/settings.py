@@ -100,6 +100,8 @@ if os.environ.get("REDIS_URL"):
                           "db": int(_redis.path.lstrip("/") or 0), "password": _redis.password}
 else:
     Q_CLUSTER["orm"] = "default"
+    # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
+    Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
 # drf-spectacular draws the API's OpenAPI schema (/workflows/schema/).
 REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 

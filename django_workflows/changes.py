@@ -1,0 +1,190 @@
+"""Noticing that the database changed without asking it: what lets an idle worker sleep.
+
+An idle worker must notice new work at once (a replay enqueued, an earlier wake
+time) without querying for it several times a second. A ``ChangeWatcher``
+answers "may the tables have changed?" at no cost to the database:
+
+- on PostgreSQL, triggers (migration 0005) ``NOTIFY`` a channel when a replay
+  is enqueued on the ORM broker's queue or an instance gets a wake time, and
+  the watcher ``LISTEN``s on a connection of its own;
+- on SQLite, every commit writes the database's write-ahead log (or, without
+  WAL, the file itself), whose size and modification time a ``stat()`` reads
+  (no statement is run);
+- elsewhere, or while a watcher's means fail (a PostgreSQL restart), it says
+  "changed" at every call, which is plain polling.
+
+A watcher may report a change that was not one (any commit on SQLite); it never
+hides one it could see, and the loops that use it look anyway every
+``IDLE_RECHECK_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import sqlite3
+import time
+
+from django.db import connections
+
+logger = logging.getLogger("django_workflows.changes")
+
+QUEUE_CHANNEL = "django_workflows_queue"
+"""Notified when a task is added to django-q2's ORM queue (``django_q_ormq``)."""
+WAKE_CHANNEL = "django_workflows_wake"
+"""Notified when an instance starts waiting with a wake time."""
+
+STAT_INTERVAL = 0.05
+"""Seconds between two looks at SQLite's files: a stat() is a few microseconds."""
+
+
+class ChangeWatcher:
+    """Polling: it cannot tell, so it reports a change every ``interval`` seconds."""
+
+    kind = "polling"
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._next = time.monotonic()
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; return True if the tables may have changed meanwhile."""
+        left = self._next - time.monotonic()
+        if left > 0:
+            time.sleep(max(0.0, min(timeout, left)))
+            if time.monotonic() < self._next:
+                return False
+        self._next = time.monotonic() + self.interval
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class FileWatcher(ChangeWatcher):
+    """SQLite: a commit changes the write-ahead log's (or the database file's) size or mtime."""
+
+    kind = "sqlite-file"
+
+    def __init__(self, path: str):
+        super().__init__(STAT_INTERVAL)
+        self.paths = (path, f"{path}-wal")
+        # When the last connection to a database closes, SQLite checkpoints and deletes its log,
+        # which would look like a change each time a process closes its connection (Django closes
+        # them after every request or task unless CONN_MAX_AGE is set). A read-only connection of
+        # our own, opened once and idle, keeps the log in place.
+        self._pin = None
+        try:
+            self._pin = sqlite3.connect(f"{pathlib.Path(path).resolve().as_uri()}?mode=ro", uri=True,
+                                        check_same_thread=False)
+            self._pin.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.Error:
+            self.close()
+        self.last = self._signature()
+
+    def close(self) -> None:
+        if self._pin is not None:
+            self._pin.close()
+            self._pin = None
+
+    def _signature(self) -> tuple:
+        signature = []
+        for path in self.paths:
+            try:
+                stat = os.stat(path)
+            except OSError:
+                signature.append(None)
+            else:
+                signature.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
+        return tuple(signature)
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            signature = self._signature()
+            if signature != self.last:
+                self.last = signature
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(self.interval, left))
+
+
+class NotifyWatcher(ChangeWatcher):
+    """PostgreSQL: LISTEN on ``channel`` over a connection of its own (psycopg 3)."""
+
+    kind = "postgresql-listen"
+
+    def __init__(self, alias: str, channel: str):
+        super().__init__(0.0)
+        self.alias = alias
+        self.channel = channel
+        self.connection = None
+
+    def _connect(self) -> None:
+        import psycopg
+
+        params = connections[self.alias].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        self.connection = psycopg.connect(**params, autocommit=True)
+        self.connection.execute(f'LISTEN "{self.channel}"')
+
+    def wait(self, timeout: float) -> bool:
+        started = time.monotonic()
+        try:
+            if self.connection is None or self.connection.closed:
+                self._connect()
+                # Whatever happened while nobody listened is unknown: report a change.
+                return True
+            received = False
+            for _ in self.connection.notifies(timeout=max(timeout, 0.0), stop_after=1):
+                received = True
+            if received:
+                # A burst of commits sends a burst of notifications: one look serves them all.
+                for _ in self.connection.notifies(timeout=0.001):
+                    pass
+            return received
+        except Exception as exc:
+            # A PostgreSQL restart or a terminated backend: report a change, listen again next time.
+            logger.warning("Listening for %s failed (%s); listening again.", self.channel, exc)
+            self.close()
+            time.sleep(max(0.0, min(1.0, timeout - (time.monotonic() - started))))
+            return True
+
+    def close(self) -> None:
+        if self.connection is not None:
+            try:
+                self.connection.close()
+            except Exception:
+                pass
+        self.connection = None
+
+
+def watcher(alias: str, channel: str, interval: float) -> ChangeWatcher:
+    """The best watcher for the database ``alias``: LISTEN on PostgreSQL (when its triggers are
+    installed), the files of a file-backed SQLite, polling every ``interval`` otherwise."""
+    connection = connections[alias]
+    if connection.vendor == "sqlite":
+        name = str(connection.settings_dict["NAME"])
+        if name and name != ":memory:" and not name.startswith("file:") and os.path.exists(name):
+            return FileWatcher(name)
+    elif connection.vendor == "postgresql" and _psycopg3() and triggers_installed(alias):
+        return NotifyWatcher(alias, channel)
+    return ChangeWatcher(interval)
+
+
+def _psycopg3() -> bool:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def triggers_installed(alias: str) -> bool:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname IN (%s, %s)", [QUEUE_CHANNEL, WAKE_CHANNEL])
+        return cursor.fetchone()[0] == 2

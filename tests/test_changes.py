@@ -1,0 +1,119 @@
+"""Idle loops that sleep until the database changes: the change watchers and the ORM broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
+from django_q.models import OrmQ
+
+from django_workflows import changes, clock
+from django_workflows.broker import ORMBroker
+from django_workflows.models import Instance, InstanceStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def in_another_thread(fn):
+    """Run ``fn`` on another connection (another thread) and commit, as another process would."""
+    def target():
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(10)
+
+
+def settle(watcher) -> None:
+    """Consume what the watcher saw so far (its first wait reports a change: it cannot know the past)."""
+    deadline = time.monotonic() + 5
+    while watcher.wait(0.2):
+        assert time.monotonic() < deadline, "the watcher kept reporting changes with nothing happening"
+
+
+def expected_kind() -> str:
+    return "postgresql-listen" if connection.vendor == "postgresql" else "sqlite-file"
+
+
+def test_the_queue_watcher_reports_a_task_committed_elsewhere_and_nothing_else():
+    watcher = changes.watcher("default", changes.QUEUE_CHANNEL, 0.1)
+    try:
+        assert watcher.kind == expected_kind()
+        settle(watcher)
+        assert watcher.wait(0.3) is False
+        in_another_thread(lambda: OrmQ.objects.create(key="elsewhere", payload="x", lock=clock.now()))
+        assert watcher.wait(3.0) is True
+    finally:
+        watcher.close()
+
+
+def test_the_wake_watcher_reports_an_instance_that_starts_waiting():
+    now = clock.now()
+    instance = Instance.objects.create(workflow_name="sleeper", instance_id="w", created_at=now, updated_at=now)
+    watcher = changes.watcher("default", changes.WAKE_CHANNEL, 0.1)
+    try:
+        settle(watcher)
+        in_another_thread(lambda: Instance.objects.filter(pk=instance.pk).update(
+            status=InstanceStatus.WAITING, wake_at=now + timedelta(minutes=1)))
+        assert watcher.wait(3.0) is True
+    finally:
+        watcher.close()
+
+
+def test_polling_reports_a_change_once_per_interval():
+    watcher = changes.ChangeWatcher(0.2)
+    started = time.monotonic()
+    reports = [watcher.wait(0.05) for _ in range(12)]
+    # 12 waits of 0.05 s span 0.6 s: a report at the start and after every 0.2 s.
+    assert 3 <= sum(reports) <= 4, reports
+    assert time.monotonic() - started >= 0.5
+
+
+@pytest.mark.postgres
+def test_a_lost_listening_connection_is_reported_as_a_change_and_replaced():
+    watcher = changes.watcher("default", changes.QUEUE_CHANNEL, 0.1)
+    try:
+        settle(watcher)
+        pid = watcher.connection.info.backend_pid
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        # Whatever was notified while nobody listened is unknown: the watcher says so, twice at most
+        # (the failure, then the new connection), and listens again.
+        assert watcher.wait(1.0) is True
+        settle(watcher)
+        assert watcher.connection.info.backend_pid != pid
+        in_another_thread(lambda: OrmQ.objects.create(key="after", payload="x", lock=clock.now()))
+        assert watcher.wait(3.0) is True
+    finally:
+        watcher.close()
+
+
+def test_an_idle_broker_does_not_query_its_queue_until_a_task_arrives():
+    broker = ORMBroker(list_key="idle-test")
+    try:
+        assert broker.dequeue() is None  # the first look, then a wait
+        assert broker._watcher.kind == expected_kind()
+        settle(broker._watcher)
+        broker.dequeue()  # the look owed to the watcher's first report (a new LISTEN knows no past)
+        with CaptureQueriesContext(connection) as ctx:
+            for _ in range(4):
+                assert broker.dequeue() is None  # up to 0.5 s each, with nothing new
+        assert [q["sql"] for q in ctx.captured_queries if "django_q_ormq" in q["sql"]] == []
+        in_another_thread(lambda: OrmQ.objects.create(key="idle-test", payload="task", lock=clock.now()))
+        deadline = time.monotonic() + 5
+        claimed = None
+        while claimed is None and time.monotonic() < deadline:
+            claimed = broker.dequeue()
+        assert claimed is not None and [payload for _, payload in claimed] == ["task"]
+        # The claimed task is locked for this cluster: another broker does not get it.
+        assert ORMBroker(list_key="idle-test")._claim() == []
+    finally:
+        if broker._watcher is not None:
+            broker._watcher.close()

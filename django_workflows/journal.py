@@ -144,13 +144,16 @@ class JournalWriter:
     def insert(self, **fields) -> tuple[int, str]:
         """Insert a journal row; return ``(step id, instance status)``."""
         fields.setdefault("attempts", _NO_ATTEMPTS)
-        columns = list(fields)
-        sql = (
-            f"INSERT INTO {self._step_table} (instance_id, {', '.join(columns)}) "
-            f"SELECT %s, {', '.join(self._placeholders[c] for c in columns)} "
-            f"WHERE {self._fence} {self._returning}"
-        )
-        params = [self.instance_pk, *(self._value(c, fields[c]) for c in columns)]
+        columns = tuple(fields)
+        key = (self.connection.vendor, columns)
+        sql = _INSERTS.get(key)
+        if sql is None:
+            sql = _INSERTS[key] = (
+                f"INSERT INTO {self._step_table} (instance_id, {', '.join(columns)}) "
+                f"SELECT %s, {', '.join(self._placeholders[c] for c in columns)} "
+                f"WHERE {self._fence} {self._returning}"
+            )
+        params = [self.instance_pk, *[self._value(c, v) for c, v in fields.items()]]
         params += [self.instance_pk, self.epoch, self.instance_pk]
         return self._execute(sql, params)
 
@@ -230,6 +233,9 @@ def encoded(text: str) -> _Encoded:
 
 
 _NO_ATTEMPTS = _Encoded("[]")
+
+# The text of each shape of journal INSERT, by (vendor, columns): a replay writes a handful of shapes.
+_INSERTS: dict[tuple, str] = {}
 
 
 _FIELD_COLUMNS = ("key", "name", "kind", "status", "attempts", "config", "result", "error", "wake_at",

@@ -191,6 +191,39 @@ def test_the_worker_restarts_a_wedged_cluster(start_worker):
     wait_status(instance, "complete", 30)
 
 
+def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
+    worker = start_worker()
+
+    def cluster():
+        # The sentinel and the two workers, the monitor and the pusher under it (started last).
+        for child in _children_of(worker.pid):
+            grandchildren = _children_of(child)
+            if len(grandchildren) >= 4:
+                time.sleep(0.5)  # the sentinel is past its start-up
+                return child, grandchildren
+        return None
+
+    def alive(pids) -> list[int]:
+        found = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    sentinel, processes = wait_for(cluster, 20, message="the cluster's processes")
+    os.kill(sentinel, signal.SIGKILL)
+    # Left running, they would go on taking replays beside the cluster started in their place.
+    wait_for(lambda: not alive(processes), 5, message="the dead sentinel's processes to die")
+    sentinel, processes = wait_for(lambda: (found := cluster()) and found[0] != sentinel and found, 20,
+                                   message="the cluster to be started again")
+    os.kill(worker.pid, signal.SIGKILL)
+    wait_for(lambda: not alive([sentinel, *processes]), 5, message="the dead command's cluster to die")
+
+
 def test_health_check_reads_the_heartbeat(start_worker):
     from django.core.management import call_command
 

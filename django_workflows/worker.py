@@ -179,7 +179,11 @@ class Worker:
             defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "started_at": now, "last_seen": now},
         )
         if self.cluster:
-            self.cluster.start()
+            try:
+                self.cluster.start()
+            except RuntimeError:
+                # django-q2 raises when the sentinel dies while starting: the watch starts it again.
+                logger.exception("The django-q2 cluster failed to start; starting it again shortly.")
         try:
             while not self.stop_event.is_set():
                 if self.max_seconds is not None and time.monotonic() - self.started >= self.max_seconds:

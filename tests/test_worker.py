@@ -224,6 +224,29 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
     wait_for(lambda: not alive([sentinel, *processes]), 5, message="the dead command's cluster to die")
 
 
+def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypatch, settings):
+    from django_workflows import worker as worker_module
+
+    starts = []
+
+    def start(self):
+        starts.append(time.monotonic())
+        if len(starts) == 1:  # what django-q2 raises when the sentinel dies before it is up
+            raise RuntimeError("Q Cluster failed to start: sentinel exited with code -9")
+
+    monkeypatch.setattr(worker_module.ClusterProcess, "start", start)
+    monkeypatch.setattr(worker_module.ClusterProcess, "alive", property(lambda self: len(starts) > 1))
+    monkeypatch.setattr(worker_module.ClusterProcess, "stop", lambda self, wait=60.0: None)
+    settings.DJANGO_WORKFLOWS = {"SWEEP_INTERVAL": 0.1, "WAKE_INTERVAL": 0.1}
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        worker_module.Worker(max_seconds=1.0).run()  # the command no longer dies of it
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    assert len(starts) == 2
+
+
 def test_health_check_reads_the_heartbeat(start_worker):
     from django.core.management import call_command
 

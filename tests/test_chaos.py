@@ -53,9 +53,9 @@ pytestmark = [pytest.mark.chaos, pytest.mark.django_db(transaction=True)]
 INSTANCES = int(os.environ.get("CHAOS_INSTANCES", "500"))
 WORKFLOW = "chaos-mix"
 # Kills stop once every instance is complete, or after this long; then the instances get SETTLE
-# seconds more, with no kills, to finish.
-CHAOS_SECONDS = 110
-SETTLE_SECONDS = 45
+# seconds more, with no kills, to finish. A quiet machine needs neither; a busy one needs both.
+CHAOS_SECONDS = 90
+SETTLE_SECONDS = 90
 # A third of the instances complete, or this many seconds pass: then the database is restarted.
 RESTART_AT_SECONDS = 20
 DATABASE_DOWN_SECONDS = 2.0
@@ -292,7 +292,7 @@ class Chaos:
         self.stopped_at = time.time()
         for worker in self.workers:
             worker.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 12
+        deadline = time.monotonic() + 8
         for worker in self.workers:
             try:
                 worker.process.wait(max(0.1, deadline - time.monotonic()))
@@ -434,7 +434,7 @@ def test_chaos(tmp_path, request, monkeypatch):
     restart = PostgresRestart() if postgres else None
     began = time.monotonic()
     heartbeats: list[int] = []
-    settled = False
+    settled, unsettled = False, Counter()
     events_sent = 0
     try:
         chaos.start()
@@ -446,7 +446,7 @@ def test_chaos(tmp_path, request, monkeypatch):
                 planned.pk = created.pk
         started = time.time()
         events_sent = drive(plan, chaos, restart, started)
-        settled = wait_until_settled(plan, started)
+        settled, unsettled = wait_until_settled(plan)
     finally:
         if chaos.workers:
             chaos.stop()
@@ -466,7 +466,7 @@ def test_chaos(tmp_path, request, monkeypatch):
     assert not chaos.errors, chaos.errors
     assert not chaos.exited, "\n".join(chaos.exited)
     assert restart is None or restart.error is None, restart.error
-    assert settled, f"not every instance finished: {dict(status_counts())}"
+    assert settled, f"not every instance finished in time: {dict(unsettled)}"
     assert not report["problems"], "\n".join(report["problems"][:40])
     assert not chaos.left_behind, chaos.left_behind[:20]
     assert len(chaos.kills) >= 10, "too few kills to call it chaos"
@@ -549,7 +549,7 @@ def drive(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, st
         if elapsed >= CHAOS_SECONDS and restarted:
             print(f"   {elapsed:5.1f} s: time is up for the kills: {dict(counts)}", flush=True)
             break
-        time.sleep(0.2)
+        time.sleep(0.5)
     chaos.stop()
     # Whatever is left to send goes now.
     deadline = time.monotonic() + 30
@@ -576,13 +576,16 @@ def send_once(handle, planned: Planned) -> bool:
     return bool(database_call(send))
 
 
-def wait_until_settled(plan, started: float) -> bool:
+def wait_until_settled(plan) -> tuple[bool, Counter]:
+    """Whether every instance completed within SETTLE_SECONDS, and the statuses at the end."""
     deadline = time.monotonic() + SETTLE_SECONDS
-    while time.monotonic() < deadline:
-        if status_counts().get("complete", 0) == len(plan):
-            return True
+    while True:
+        counts = status_counts()
+        if counts.get("complete", 0) == len(plan):
+            return True, counts
+        if time.monotonic() >= deadline:
+            return False, counts
         time.sleep(0.5)
-    return False
 
 
 # -- the checks -----------------------------------------------------------------------------------

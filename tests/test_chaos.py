@@ -15,8 +15,9 @@ alive, whoever killed it.
 ``make chaos`` runs it twice, and ``make test`` never (the ``chaos`` marker is deselected unless
 ``-m`` names it): on SQLite with the ORM broker and one worker command, then on a private
 PostgreSQL server (tests/chaos_postgres.sh, which the test restarts) with the Redis broker and two
-worker commands. ``CHAOS_SEED`` replays a run's plan (which instance does what, when events are
-sent, when and which process is killed); ``CHAOS_INSTANCES`` changes its size.
+worker commands. ``CHAOS_SEED`` replays a run's plan (which instance does what, which of its events
+are sent early, the intervals between kills and which process each picks); ``CHAOS_INSTANCES``
+changes its size.
 """
 
 from __future__ import annotations
@@ -371,8 +372,6 @@ def make_plan(rng: random.Random) -> list[Planned]:
             "events": rng.choice([0, 1, 1, 2, 3]),
             "busy_ms": rng.choice([0, 2, 10]),
         }
-        # Spread over the first 25 seconds: some arrive before the instance reaches its wait
-        # (they wait in the inbox), some while it waits.
         early = [rng.random() < 0.4 for _ in range(params["events"])]
         plan.append(Planned(f"chaos-{n:04d}", params, early))
     return plan

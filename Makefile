@@ -14,7 +14,7 @@ POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 
-.PHONY: test test-sqlite test-postgres demo demo-smoke clean bench
+.PHONY: test test-sqlite test-postgres chaos demo demo-smoke clean bench
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,17 @@ test-postgres: $(VENV)/.installed
 	echo "== pytest on PostgreSQL ($$url)"; \
 	DATABASE_URL="$$url" $(TEST_ENV) $(PY) -m django check --fail-level WARNING && \
 	DATABASE_URL="$$url" $(PY) -m pytest
+
+# make chaos - the chaos test of issue 8 (about 3 minutes, not part of make test): 500 instances through
+#              workflows_worker commands whose processes are SIGKILLed at random every 1 to 3 s; on SQLite
+#              with the ORM broker and one command, then on a private PostgreSQL server (started, restarted
+#              mid-run and removed by tests/chaos_postgres.sh) with the Redis broker (127.0.0.1:6379 db 8)
+#              and two commands. CHAOS_SEED=... replays a run's plan.
+chaos: $(VENV)/.installed
+	@echo "== chaos on SQLite: the ORM broker, one worker command"
+	env -u DATABASE_URL TEST_REDIS_DB=8 $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/test_chaos.py
+	@echo "== chaos on PostgreSQL: the Redis broker, two worker commands, a database restart"
+	TEST_REDIS_DB=8 tests/chaos_postgres.sh $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/test_chaos.py
 
 DEMO_ARGS ?=
 

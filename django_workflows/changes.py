@@ -117,8 +117,8 @@ class NotifyWatcher(ChangeWatcher):
 
     kind = "postgresql-listen"
 
-    def __init__(self, alias: str, channel: str):
-        super().__init__(0.0)
+    def __init__(self, alias: str, channel: str, interval: float):
+        super().__init__(interval)
         self.alias = alias
         self.channel = channel
         self.connection = None
@@ -131,8 +131,15 @@ class NotifyWatcher(ChangeWatcher):
         params.pop("context", None)
         self.connection = psycopg.connect(**params, autocommit=True)
         self.connection.execute(f'LISTEN "{self.channel}"')
+        if self.connection.execute("SELECT 1 FROM pg_trigger WHERE tgname = %s", [self.channel]).fetchone() is None:
+            logger.warning("No trigger notifies %s (run manage.py migrate); polling every %s s instead.",
+                           self.channel, self.interval)
+            self.kind = "polling"
+            self.close()
 
     def wait(self, timeout: float) -> bool:
+        if self.kind == "polling":
+            return super().wait(timeout)
         started = time.monotonic()
         try:
             if self.connection is None or self.connection.closed:
@@ -164,15 +171,16 @@ class NotifyWatcher(ChangeWatcher):
 
 
 def watcher(alias: str, channel: str, interval: float) -> ChangeWatcher:
-    """The best watcher for the database ``alias``: LISTEN on PostgreSQL (when its triggers are
-    installed), the files of a file-backed SQLite, polling every ``interval`` otherwise."""
+    """The best watcher for the database ``alias``: LISTEN on PostgreSQL (polling if migration 0005's
+    trigger is missing), the files of a file-backed SQLite, polling every ``interval`` otherwise.
+    Building one makes no query: a watcher connects on its first wait."""
     connection = connections[alias]
     if connection.vendor == "sqlite":
         name = str(connection.settings_dict["NAME"])
         if name and name != ":memory:" and not name.startswith("file:") and os.path.exists(name):
             return FileWatcher(name)
-    elif connection.vendor == "postgresql" and _psycopg3() and triggers_installed(alias):
-        return NotifyWatcher(alias, channel)
+    elif connection.vendor == "postgresql" and _psycopg3():
+        return NotifyWatcher(alias, channel, interval)
     return ChangeWatcher(interval)
 
 
@@ -183,8 +191,3 @@ def _psycopg3() -> bool:
         return False
     return True
 
-
-def triggers_installed(alias: str) -> bool:
-    with connections[alias].cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname IN (%s, %s)", [QUEUE_CHANNEL, WAKE_CHANNEL])
-        return cursor.fetchone()[0] == 2

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -48,6 +49,43 @@ def _children_of(pid: int) -> list[int]:
     return children
 
 
+# The cluster's processes die with their parent (Linux). django-q2's sentinel does not watch its own
+# parent, nor its workers, pusher and monitor theirs: a SIGKILLed sentinel (or command) left them
+# running unsupervised, still taking replays, beside the cluster started in its place.
+_PR_SET_PDEATHSIG = 1
+_fork_depth = 0  # 0 in the command, 1 in the sentinel, 2 in its workers, pusher and monitor
+_forking_parent = 0
+_prctl = None
+
+
+def _remember_parent() -> None:
+    global _forking_parent
+    _forking_parent = os.getpid()
+
+
+def _die_with_parent() -> None:
+    global _fork_depth
+    _fork_depth += 1
+    if _fork_depth > 2:
+        return  # processes that a step forks are the step's business
+    _prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0),
+           ctypes.c_ulong(0))
+    if os.getppid() != _forking_parent:
+        os._exit(1)  # the parent died before the request took effect
+
+
+def _cluster_dies_with_its_parents() -> None:
+    global _prctl
+    if _prctl is not None:
+        return
+    try:
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        _prctl = False  # not Linux: the sentinel is still watched and restarted, its orphans are not
+        return
+    os.register_at_fork(before=_remember_parent, after_in_child=_die_with_parent)
+
+
 class ClusterProcess:
     """The django-q2 cluster this worker runs, started, watched and, if wedged, restarted."""
 
@@ -64,6 +102,7 @@ class ClusterProcess:
         # The cluster's processes are forked: they must not inherit this process's database
         # connections, or closing theirs would close ours at the server.
         connections.close_all()
+        _cluster_dies_with_its_parents()
         handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
         self.cluster = Cluster()
         # django-q2's Cluster installs its own handlers; the worker's come first.
@@ -141,7 +180,11 @@ class Worker:
             defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "started_at": now, "last_seen": now},
         )
         if self.cluster:
-            self.cluster.start()
+            try:
+                self.cluster.start()
+            except RuntimeError:
+                # django-q2 raises when the sentinel dies while starting: the watch starts it again.
+                logger.exception("The django-q2 cluster failed to start; starting it again shortly.")
         self.wake_watcher = changes.watcher(router.db_for_read(Instance), changes.WAKE_CHANNEL,
                                             workflow_settings.WAKE_INTERVAL)
         try:

@@ -2,11 +2,18 @@ from django.conf import settings
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``postgres`` run only in the PostgreSQL pass; the SQLite pass deselects them."""
-    if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
-        return
-    selected = [item for item in items if not item.get_closest_marker("postgres")]
-    deselected = [item for item in items if item.get_closest_marker("postgres")]
+    """Tests marked ``postgres`` run only in the PostgreSQL pass; the SQLite pass deselects them.
+    Tests marked ``chaos`` take minutes: they run only when ``-m`` names them (``make chaos``)."""
+    postgres = "postgresql" in settings.DATABASES["default"]["ENGINE"]
+    chaos = "chaos" in (config.getoption("markexpr") or "")
+
+    def wanted(item) -> bool:
+        if item.get_closest_marker("postgres") and not postgres:
+            return False
+        return chaos or not item.get_closest_marker("chaos")
+
+    selected = [item for item in items if wanted(item)]
+    deselected = [item for item in items if not wanted(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected

@@ -84,6 +84,8 @@ if os.environ.get("DATABASE_URL"):
     if os.environ.get("TEST_DATABASE_NAME"):
         # A worker subprocess started by a test: use that test's database.
         DATABASES["default"]["NAME"] = os.environ["TEST_DATABASE_NAME"]
+    if os.environ.get("TEST_CONN_MAX_AGE"):
+        DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ["TEST_CONN_MAX_AGE"])
 else:
     # File-backed, so threads and worker subprocesses share one database.
     DATABASES = {

@@ -117,3 +117,22 @@ def test_an_idle_broker_does_not_query_its_queue_until_a_task_arrives():
     finally:
         if broker._watcher is not None:
             broker._watcher.close()
+
+
+@pytest.mark.postgres
+def test_a_database_without_the_trigger_is_polled():
+    import importlib
+
+    migration = importlib.import_module("django_workflows.migrations.0005_change_notifications")
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER {changes.QUEUE_CHANNEL} ON django_q_ormq")
+    watcher = changes.watcher("default", changes.QUEUE_CHANNEL, 0.2)
+    try:
+        assert watcher.wait(0.1) is True
+        assert watcher.kind == "polling" and watcher.connection is None
+        reports = [watcher.wait(0.05) for _ in range(8)]  # 0.4 s: a report every 0.2 s
+        assert 1 <= sum(reports) <= 3, reports
+    finally:
+        watcher.close()
+        with connection.schema_editor() as editor:
+            migration.install(None, editor)

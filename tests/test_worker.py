@@ -193,6 +193,68 @@ def test_the_worker_restarts_a_wedged_cluster(start_worker):
     wait_status(instance, "complete", 30)
 
 
+def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
+    worker = start_worker()
+
+    def cluster():
+        # The sentinel and the two workers, the monitor and the pusher under it (started last).
+        for child in _children_of(worker.pid):
+            grandchildren = _children_of(child)
+            if len(grandchildren) >= 4:
+                time.sleep(0.5)  # the sentinel is past its start-up
+                return child, grandchildren
+        return None
+
+    def alive(pids) -> list[int]:
+        found = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    try:
+        sentinel, processes = wait_for(cluster, 20, message="the cluster's processes")
+        os.kill(sentinel, signal.SIGKILL)
+        # Left running, they would go on taking replays beside the cluster started in their place.
+        wait_for(lambda: not alive(processes), 5, message="the dead sentinel's processes to die")
+        sentinel, processes = wait_for(lambda: (found := cluster()) and found[0] != sentinel and found, 20,
+                                       message="the cluster to be started again")
+        os.kill(worker.pid, signal.SIGKILL)
+        wait_for(lambda: not alive([sentinel, *processes]), 5, message="the dead command's cluster to die")
+    finally:
+        try:  # whatever outlived its parent is still in the command's process group
+            os.killpg(worker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypatch, settings):
+    from django_workflows import worker as worker_module
+
+    starts = []
+
+    def start(self):
+        starts.append(time.monotonic())
+        if len(starts) == 1:  # what django-q2 raises when the sentinel dies before it is up
+            raise RuntimeError("Q Cluster failed to start: sentinel exited with code -9")
+
+    monkeypatch.setattr(worker_module.ClusterProcess, "start", start)
+    monkeypatch.setattr(worker_module.ClusterProcess, "alive", property(lambda self: len(starts) > 1))
+    monkeypatch.setattr(worker_module.ClusterProcess, "stop", lambda self, wait=60.0: None)
+    settings.DJANGO_WORKFLOWS = {"SWEEP_INTERVAL": 0.1, "WAKE_INTERVAL": 0.1}
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        worker_module.Worker(max_seconds=1.0).run()  # the command no longer dies of it
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    assert len(starts) == 2
+
+
 def test_health_check_reads_the_heartbeat(start_worker):
     from django.core.management import call_command
 

@@ -9,8 +9,18 @@ class TestAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        if os.environ.get("TEST_AUDIT_REPLAYS"):
-            from django_workflows.signals import replay_finished, replay_started
+        from django_workflows.signals import replay_finished, replay_started
+
+        if os.environ.get("TEST_CHAOS_LOG_DIR"):
+            # The chaos test restarts the database: its audit goes to files, which stay writable.
+            from django_q.signals import post_spawn
+
+            from tests.testapp import chaos
+
+            replay_started.connect(chaos.replay_started)
+            replay_finished.connect(chaos.replay_finished)
+            post_spawn.connect(chaos.worker_spawned)
+        elif os.environ.get("TEST_AUDIT_REPLAYS"):
             from tests.testapp import audit
 
             replay_started.connect(audit.started)

@@ -401,3 +401,7 @@ class Program(WorkflowEntrypoint):
                 except WorkflowTimeoutError:
                     trace.append("timeout")
         return trace
+
+
+# The chaos test's workflow lives with its log helpers; importing it here registers it.
+from tests.testapp.chaos import ChaosMix  # noqa: E402, F401

@@ -1,0 +1,146 @@
+"""The chaos test's workflow, and the log its worker processes keep outside the database.
+
+Every step body run and every replay is appended, as one JSON line, to a file of its own process
+under ``TEST_CHAOS_LOG_DIR``. A file is a side effect that no database restart rolls back or
+refuses, and a line written before a SIGKILL is still there afterwards, so the test can count how
+often each step body really ran and check that one instance's replays never overlapped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+from django_workflows import WorkflowEntrypoint
+
+LOG_DIR_VARIABLE = "TEST_CHAOS_LOG_DIR"
+EVENT_TYPE = "chaos-ping"
+PLANNED_FAILURE = "planned failure"
+
+_log_fd: tuple[int, int] | None = None  # (pid, fd): reopened after a fork
+
+
+def log(*record) -> None:
+    """Append one record to this process's log: one write() on an O_APPEND file."""
+    global _log_fd
+    directory = os.environ.get(LOG_DIR_VARIABLE)
+    if not directory:
+        return
+    pid = os.getpid()
+    if _log_fd is None or _log_fd[0] != pid:
+        path = os.path.join(directory, f"log-{pid}.jsonl")
+        _log_fd = (pid, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+    os.write(_log_fd[1], (json.dumps(record) + "\n").encode())
+
+
+def read_logs(directory) -> list[list]:
+    """Every record of every process; a line cut short by a SIGKILL mid-write is skipped."""
+    records = []
+    for name in sorted(os.listdir(directory)):
+        if not name.startswith("log-"):
+            continue
+        with open(os.path.join(directory, name)) as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+    return records
+
+
+def side_effect(instance_id: str, key: str, body, busy_ms: int = 0):
+    """Run a step body between two log records: ``run`` before it, ``ran`` once it returned or raised.
+    The body takes ``busy_ms`` milliseconds, so that kills land inside step bodies too."""
+    token = uuid.uuid4().hex[:12]
+    log("run", instance_id, key, os.getpid(), time.time(), token)
+    try:
+        time.sleep(busy_ms / 1000)
+        return body()
+    finally:
+        log("ran", instance_id, key, os.getpid(), time.time(), token)
+
+
+# Replay audit and worker roles, connected by the test app when TEST_CHAOS_LOG_DIR is set.
+
+def replay_started(sender, instance_pk, epoch, started, **kwargs):
+    log("replay", instance_pk, epoch, os.getpid(), started)
+
+
+def replay_finished(sender, instance_pk, epoch, outcome, released, **kwargs):
+    log("released", instance_pk, epoch, os.getpid(), released, outcome)
+
+
+def worker_spawned(sender, proc_name, **kwargs):
+    """A django-q2 worker process started: a marker file tells it from the pusher and the monitor."""
+    open(os.path.join(os.environ[LOG_DIR_VARIABLE], f"q2-worker-{os.getpid()}"), "w").close()
+
+
+def planned_failures_so_far(workflow_name: str, instance_id: str, key: str) -> int:
+    from django_workflows.models import Step
+
+    attempts = (
+        Step.objects.filter(instance__workflow_name=workflow_name, instance__instance_id=instance_id, key=key)
+        .values_list("attempts", flat=True).first()
+    ) or []
+    return sum(1 for a in attempts if PLANNED_FAILURE in (a.get("error") or {}).get("message", ""))
+
+
+# Step configs: retries come quickly, and a flaky step has room for attempts that a database restart
+# fails on top of its planned failures.
+QUICK_RETRIES = {"retries": {"limit": 5, "delay": "1 second", "backoff": "constant"}, "timeout": "1 minute"}
+
+
+class ChaosMix(WorkflowEntrypoint):
+    """Plain steps, a step that fails ``failures`` times before it succeeds, a sleep, then ``events``
+    waits for events, and a summary step; the params say how many of each.
+
+    Output: ``{"steps": [...], "events": [payloads in the order received], "total": sum of steps}``.
+    """
+
+    def run(self, event, step):
+        iid, params = event.instance_id, event.payload
+        busy = params.get("busy_ms", 0)
+        results = []
+        for n in range(params["steps"]):
+            results.append(step.do("work", lambda n=n: side_effect(iid, f"work-{n + 1}", lambda: n * n, busy),
+                                   config=QUICK_RETRIES))
+
+        failures = params["failures"]
+        if failures:
+            def flaky():
+                failed = planned_failures_so_far(event.workflow_name, iid, "flaky-1")
+                if failed < failures:
+                    raise ValueError(f"{PLANNED_FAILURE} {failed + 1} of {failures}")
+                return failures
+
+            results.append(step.do("flaky", lambda: side_effect(iid, "flaky-1", flaky, busy), config={
+                "retries": {"limit": failures + 5, "delay": "1 second", "backoff": "constant"},
+                "timeout": "1 minute",
+            }))
+
+        if params["sleep"]:
+            step.sleep("nap", f"{params['sleep']} seconds")
+
+        received = [step.wait_for_event("ping", EVENT_TYPE, timeout="1 hour").payload
+                    for _ in range(params["events"])]
+        total = step.do("summary", lambda: side_effect(iid, "summary-1", lambda: sum(results), busy),
+                        config=QUICK_RETRIES)
+        return {"steps": results, "events": received, "total": total}
+
+
+def expected_output(instance_id: str, params: dict) -> dict:
+    steps = [n * n for n in range(params["steps"])] + ([params["failures"]] if params["failures"] else [])
+    events = [{"instance": instance_id, "n": n} for n in range(params["events"])]
+    return {"steps": steps, "events": events, "total": sum(steps)}
+
+
+def expected_step_keys(params: dict) -> set[str]:
+    keys = {f"work-{n + 1}" for n in range(params["steps"])} | {"summary-1"}
+    if params["failures"]:
+        keys.add("flaky-1")
+    if params["sleep"]:
+        keys.add("nap-1")
+    keys |= {f"ping-{n + 1}" for n in range(params["events"])}
+    return keys

@@ -49,7 +49,7 @@ def validate_instance_id(value) -> str:
         not isinstance(value, str)
         or not value
         or len(value) > MAX_INSTANCE_ID
-        or not INSTANCE_ID_PATTERN.match(value)
+        or not INSTANCE_ID_PATTERN.fullmatch(value)  # match() would let a trailing newline through
     ):
         raise InvalidParams(
             f"Invalid instance id {value!r}: use 1 to {MAX_INSTANCE_ID} characters of letters, digits, '-' "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from django.core.exceptions import RequestDataTooBig
+from django.http import JsonResponse
 from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -84,8 +85,9 @@ class WorkflowAPIView(APIView):
     def instance_row(handle) -> Instance:
         return Instance.objects.get(pk=handle.pk)
 
-    def json_body(self, request, *, required: bool):
-        """The request body as JSON, with 415, 413 and 400 for what is wrong with it."""
+    def json_body(self, request, *, required: bool, empty=None):
+        """The request body as JSON, with 415, 413 and 400 for what is wrong with it; ``empty`` when
+        there is no body and none is required."""
         try:
             body = request.body
         except RequestDataTooBig:
@@ -93,7 +95,7 @@ class WorkflowAPIView(APIView):
         if not body.strip():
             if required:
                 raise exceptions.MalformedJSON("The request body is empty; send a JSON document.")
-            return None
+            return empty
         content_type = request.content_type.split(";")[0].strip().lower()
         if content_type != "application/json" and not content_type.endswith("+json"):
             raise exceptions.UnsupportedMediaType(
@@ -107,6 +109,12 @@ class WorkflowAPIView(APIView):
             raise exceptions.MalformedJSON(f"The request body is not valid JSON: {exc}") from None
         except RecursionError:
             raise exceptions.MalformedJSON("The request body is nested too deeply.") from None
+
+
+def no_such_endpoint(request, *args, **kwargs):
+    hint = "" if request.path.endswith("/") else " API addresses end with '/'."
+    return JsonResponse({"error": {"code": "not_found", "message": f"No API endpoint at this address.{hint}"}},
+                        status=404)
 
 
 class WorkflowListView(WorkflowAPIView):
@@ -128,7 +136,24 @@ class InstancePagination(PageNumberPagination):
 
     def get_page_size(self, request):
         self.page_size = workflow_settings.API_PAGE_SIZE
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is not None and not _whole_number(raw, 1, self.max_page_size):
+            raise exceptions.WorkflowAPIError(
+                f"per_page must be a whole number from 1 to {self.max_page_size}, got {raw[:100]!r}.",
+                "invalid_page")
         return super().get_page_size(request)
+
+    def get_page_number(self, request, paginator):
+        raw = request.query_params.get(self.page_query_param)
+        if raw is not None and not _whole_number(raw, 1, 10**12):
+            raise exceptions.WorkflowAPIError(f"page must be a whole number from 1, got {raw[:100]!r}.",
+                                              "invalid_page")
+        return super().get_page_number(request, paginator)
+
+
+def _whole_number(text: str, low: int, high: int) -> bool:
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+    return 0 < len(text) <= 13 and all("0" <= c <= "9" for c in text) and low <= int(text) <= high
 
 
 class InstanceListView(WorkflowAPIView):
@@ -157,8 +182,8 @@ class InstanceListView(WorkflowAPIView):
                    responses={201: s.InstanceSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
     def post(self, request, name):
         handle = self.workflow(name)
-        data = self.json_body(request, required=False)
-        serializer = s.CreateInstanceSerializer(data={} if data is None else data)
+        data = self.json_body(request, required=False, empty={})
+        serializer = s.CreateInstanceSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         created = handle.create(id=serializer.validated_data.get("instance_id"),
                                 params=serializer.validated_data.get("params"))

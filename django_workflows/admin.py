@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
@@ -86,6 +86,13 @@ def _moment(value):
         date_format(local, "Y-m-d"),
         date_format(local, "H:i:s"),
     )
+
+
+def refuse_nul(request) -> None:
+    """A NUL in the query string is a 400: PostgreSQL cannot compare text with it, and the list's
+    filters (Django's own among them) would make that a server error."""
+    if any("\x00" in key or "\x00" in value for key, values in request.GET.lists() for value in values):
+        raise BadRequest("The query string contains a NUL character.")
 
 
 def handle_for(instance: Instance) -> InstanceHandle:
@@ -215,6 +222,7 @@ class InstanceAdmin(admin.ModelAdmin):
         return _moment(instance.updated_at)
 
     def changelist_view(self, request, extra_context=None):
+        refuse_nul(request)
         workflow = request.GET.get(WorkflowFilter.parameter_name) or None
         per_workflow = status_counts(workflow)
         totals = dict.fromkeys(InstanceStatus.values, 0)
@@ -561,6 +569,7 @@ class InstanceAdmin(admin.ModelAdmin):
     def approvals_view(self, request):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
+        refuse_nul(request)
         queue = awaiting_approval()
         workflow = request.GET.get("workflow") or None
         if workflow:

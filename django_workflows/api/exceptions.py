@@ -52,6 +52,8 @@ def from_engine(exc: errors.WorkflowError) -> WorkflowAPIError:
         return NotFound(message, "instance_not_found")
     if isinstance(exc, errors.InstanceAlreadyExists):
         return Conflict(message, "instance_exists")
+    if isinstance(exc, errors.DuplicateDelivery):
+        return Conflict(message, "duplicate_delivery")
     if isinstance(exc, errors.InvalidTransition):
         if getattr(exc, "action", None) == "send_event":
             return Conflict(message, "instance_finished")

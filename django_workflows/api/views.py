@@ -25,14 +25,15 @@ from django_workflows.describe import describe_instance, describe_workflow, inst
 from django_workflows.engine import validate_event_type
 from django_workflows.instances import validate_instance_id
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, verify
+from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "Invalid input (id, event type, params, JSON).",
     401: "Not authenticated, or a bad webhook signature.",
     403: "Not allowed.",
     404: "Unknown workflow or instance.",
-    409: "Conflict: the id exists, the transition is not allowed, or the instance is finished.",
+    409: "Conflict: the id exists, the transition is not allowed, the instance is finished, or the webhook "
+         "delivery was received already.",
     413: "Payload over the size limit.",
     415: "Not application/json.",
 }.items()}
@@ -227,6 +228,7 @@ class InstanceStatusView(WorkflowAPIView):
 
 class InstanceEventView(WorkflowAPIView):
     required_permission = perms.SEND_EVENT
+    delivery: str | None = None
 
     def sender(self, request) -> str:
         return audit.user_sender("api", request.user)
@@ -237,7 +239,7 @@ class InstanceEventView(WorkflowAPIView):
         handle = self.instance(name, instance_id)
         validate_event_type(event_type)
         payload = self.json_body(request, required=False)
-        handle.send_event(type=event_type, payload=payload, sender=self.sender(request))
+        handle.send_event(type=event_type, payload=payload, sender=self.sender(request), delivery=self.delivery)
         return Response({"accepted": True, "instance": instance_summary(self.instance_row(handle)),
                          "type": event_type}, status=http.HTTP_202_ACCEPTED)
 
@@ -254,8 +256,9 @@ class WebhookView(InstanceEventView):
         return [AllowAny()]
 
     def sender(self, request) -> str:
-        source = request.headers.get(SOURCE_HEADER, "")[:100] or "unnamed"
-        return audit.sender("webhook", f"{source}@{request.META.get('REMOTE_ADDR', '?')}")
+        # Printable characters only: the header is anyone's text, and PostgreSQL refuses NUL.
+        source = "".join(c for c in request.headers.get(SOURCE_HEADER, "")[:100] if c.isprintable())
+        return audit.sender("webhook", f"{source or 'unnamed'}@{request.META.get('REMOTE_ADDR', '?')}")
 
     @extend_schema(operation_id="instances_webhook", request={"application/json": {}}, auth=[],
                    parameters=[OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True,
@@ -271,7 +274,9 @@ class WebhookView(InstanceEventView):
         except RequestDataTooBig:
             raise exceptions.PayloadTooLarge("The request body is over the server's upload limit.") from None
         try:
-            verify(secret, body, request.headers.get(SIGNATURE_HEADER), workflow_settings.WEBHOOK_TOLERANCE_SECONDS)
+            digest = verify(secret, body, request.headers.get(SIGNATURE_HEADER),
+                            workflow_settings.WEBHOOK_TOLERANCE_SECONDS)
         except SignatureError as exc:
             raise exceptions.BadSignature(str(exc)) from None
+        self.delivery = delivery_id(digest)
         return super().post(request, name, instance_id, event_type)

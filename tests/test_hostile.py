@@ -2,6 +2,7 @@
 workflows.py, and finished instances piling up (retention)."""
 
 import json
+import sys
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -49,19 +50,28 @@ def test_system_exit_or_keyboard_interrupt_in_run_errors_the_instance(workflows_
     assert instance.status()["error"]["name"] == ("SystemExit" if what == "exit" else "KeyboardInterrupt")
 
 
+@pytest.mark.parametrize("source, error", [
+    ("raise RuntimeError('syntax of the future')\n", "RuntimeError: syntax of the future"),
+    ("def run(:\n    pass\n", "SyntaxError"),
+    ("import a_module_that_is_not_there\n", "ModuleNotFoundError"),
+    ("import sys\nsys.exit('syntax of the future')\n", "SystemExit: syntax of the future"),
+    ("from django_workflows import WorkflowEntrypoint\nclass Half(WorkflowEntrypoint):\n"
+     "    def run(self, event, step):\n        pass\nraise ValueError('after a class')\n", "ValueError"),
+], ids=["raises", "syntax-error", "missing-import", "sys-exit", "fails-after-a-class"])
 def test_a_workflows_module_that_fails_to_import_is_reported_and_the_rest_keep_working(workflows_env, tmp_path,
-                                                                                     monkeypatch, settings):
+                                                                                     monkeypatch, settings,
+                                                                                     source, error):
     package = tmp_path / "brokenapp"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "workflows.py").write_text("raise RuntimeError('syntax of the future')\n")
+    (package / "workflows.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "brokenapp"]
     try:
         discover()
         assert "brokenapp.workflows" in registry.import_errors
         [warning] = [m for m in check_workflows() if m.id == "django_workflows.W009"]
-        assert "syntax of the future" in warning.msg
+        assert error in warning.msg
         # An instance of a workflow that lived there gets a clear error; the others run.
         instance = workflows.get("three-steps").create()
         Instance.objects.filter(pk=instance.pk).update(workflow_name="from-broken-app")
@@ -72,6 +82,10 @@ def test_a_workflows_module_that_fails_to_import_is_reported_and_the_rest_keep_w
         assert other.status()["status"] == "complete"
     finally:
         registry.import_errors.pop("brokenapp.workflows", None)
+        if "half" in registry.names():
+            registry.unregister(registry.get("half"))
+        sys.modules.pop("brokenapp.workflows", None)
+        sys.modules.pop("brokenapp", None)
 
 
 def test_retention_deletes_old_finished_instances_in_batches(workflows_env, settings):

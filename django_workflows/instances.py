@@ -255,9 +255,9 @@ class InstanceHandle:
         try:
             self._store_event(type, payload, sender, delivery)
         except IntegrityError:
-            # The unique delivery column: a concurrent twin of this request may have won the race, so
-            # this is decided by the insert, not by looking first.
-            if delivery is None:
+            # The unique delivery column decides, not a look beforehand: a concurrent twin of this
+            # request may have been stored in between.
+            if delivery is None or not Event.objects.filter(delivery=delivery).exists():
                 raise
             raise DuplicateDelivery(
                 f"This delivery of event {type!r} was already received; nothing was stored again.",

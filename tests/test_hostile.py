@@ -521,3 +521,37 @@ def test_error_messages_the_database_cannot_hold_still_error_the_instance(workfl
     assert status["error"]["name"] == "RuntimeError"
     step = Step.objects.get(instance_id=instance.pk)
     assert step.status == "failed" and step.error["name"] == "ValueError"
+
+
+@pytest.mark.parametrize("case", ["nested 100,000 deep", "NaN", "NUL in a string", "a lone surrogate",
+                                  "a truncated document", "not UTF-8", "1 MiB and one byte"])
+def test_a_signed_webhook_body_that_cannot_be_stored_is_refused(hostile_api, settings, case):
+    from rest_framework.test import APIClient
+
+    from django_workflows.webhooks import sign
+
+    settings.DJANGO_WORKFLOWS = {"WEBHOOK_SECRETS": {"approval": "whsec"}}
+    body = {"not UTF-8": b'{"a": "\xff"}', "1 MiB and one byte": ('"' + "x" * (MIB - 1) + '"').encode()}.get(
+        case) or REFUSED_JSON[case].encode()
+    before = snapshot()
+    response = APIClient().post("/workflows/approval/instances/a1/webhooks/manager-approval/", body,
+                                content_type="application/json", HTTP_X_WORKFLOWS_SIGNATURE=sign("whsec", body),
+                                HTTP_X_WORKFLOWS_SOURCE=SQL + HTML)
+    assert_refused(response, 413 if case.startswith("1 MiB") else 400)
+    assert snapshot() == before
+
+
+def test_sql_and_html_in_a_webhooks_source_are_kept_as_text(hostile_api, settings):
+    from rest_framework.test import APIClient
+
+    from django_workflows.webhooks import sign
+
+    settings.DJANGO_WORKFLOWS = {"WEBHOOK_SECRETS": {"approval": "whsec"}}
+    body = json.dumps({"sql": SQL, "html": HTML}).encode()
+    response = APIClient().post("/workflows/approval/instances/a1/webhooks/manager-approval/", body,
+                                content_type="application/json", HTTP_X_WORKFLOWS_SIGNATURE=sign("whsec", body),
+                                HTTP_X_WORKFLOWS_SOURCE=SQL)
+    assert response.status_code == 202
+    event = Event.objects.get()
+    assert event.sender == f"webhook:{SQL}@127.0.0.1" and event.payload == {"sql": SQL, "html": HTML}
+    assert Instance.objects.count() == 1  # the table is still there

@@ -30,8 +30,8 @@ class RejectUnknownFields:
 
 class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
     instance_id = StrictCharField(required=False, max_length=MAX_INSTANCE_ID, allow_blank=False,
-                                  trim_whitespace=False,
-                                        help_text="Letters, digits, '-' and '_'; a UUID when left out.")
+                                  trim_whitespace=False,  # " a" is an invalid id, not "a"
+                                  help_text="Letters, digits, '-' and '_'; a UUID when left out.")
     params = serializers.JSONField(required=False, allow_null=True, help_text="Any JSON, at most 1 MiB.")
 
 

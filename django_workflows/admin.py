@@ -35,6 +35,7 @@ from django_workflows.drawing.timeline import human_duration, render_timeline, w
 from django_workflows.errors import InvalidTransition, WorkflowError, WorkflowNotFound
 from django_workflows.instances import ACTIVE_STATUSES, InstanceHandle
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
+from django_workflows.templatetags.workflows_admin import readable_json
 
 STEPS_PER_PAGE = 50
 APPROVALS_PER_PAGE = 50
@@ -585,7 +586,7 @@ class InstanceAdmin(admin.ModelAdmin):
                 "workflow_url": reverse(
                     "admin:django_workflows_instance_workflow", args=[instance.workflow_name]
                 ),
-                "params": json.dumps(instance.params, ensure_ascii=False),
+                "params": readable_json(instance.params),
             }
             for instance in page.object_list
         ]

@@ -250,7 +250,7 @@ def test_a_body_of_1_mib_and_one_byte_is_413_and_one_of_1_mib_is_taken(hostile_a
         assert stored == json.loads(exactly)
 
 
-def test_nesting_as_deep_as_the_parser_allows_is_stored_or_refused_never_a_500(hostile_api):
+def test_nesting_as_deep_as_the_parser_allows_is_stored_or_refused_never_a_500(hostile_api, workflows_env):
     for depth in (100, 500, 900, 990, 2000, 10_000):
         text = "[" * depth + "]" * depth
         for method, path, wrap in BODIES.values():
@@ -260,10 +260,23 @@ def test_nesting_as_deep_as_the_parser_allows_is_stored_or_refused_never_a_500(h
             if response.status_code >= 400:
                 assert_refused(response)
                 assert snapshot() == before
-        # What was stored can be read back, through the API and the admin.
-        for instance in Instance.objects.all():
-            assert hostile_api.get(f"/workflows/{instance.workflow_name}/instances/{instance.instance_id}/"
-                                   ).status_code == 200
+    # What was stored can be read back, through the API and the admin (whose indented JSON recursed
+    # past Python's limit: a 500).
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    admin = Client()
+    admin.force_login(User.objects.get(username="root"))
+    deep = workflows.get("approval").create(params=_nested(900))
+    workflows_env.run_until_idle()
+    assert deep.status()["status"] == "waiting"
+    for instance in Instance.objects.all():
+        assert hostile_api.get(f"/workflows/{instance.workflow_name}/instances/{instance.instance_id}/"
+                               ).status_code == 200
+        page = admin.get(reverse("admin:django_workflows_instance_change", args=[instance.pk]))
+        assert page.status_code == 200, instance
+    assert admin.get(reverse("admin:django_workflows_instance_approvals")).status_code == 200
 
 
 ROUND_TRIPS = {

@@ -136,8 +136,10 @@ class SendEventForm(forms.Form):
             return None
         try:
             return json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, and an integer of more than 4,300 digits
             raise forms.ValidationError(f"The payload is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise forms.ValidationError("The payload is nested too deeply.") from None
 
 
 class WorkflowFilter(admin.SimpleListFilter):

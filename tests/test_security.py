@@ -410,7 +410,8 @@ def test_messages_after_a_post_quote_the_input_escaped(workflows_env):
     url = reverse("admin:django_workflows_instance_send_event", args=[instance.pk])
     for data in ({"type": MARKUP, "payload": "{}"}, {"type": "ok", "payload": MARKUP},
                  {"type": "ok", "payload": '{"nul": "\\u0000"}'}, {"type": "ok", "payload": '"\\ud800"'},
-                 {"type": "ok\x00", "payload": "{}"}):
+                 {"type": "ok\x00", "payload": "{}"}, {"type": "ok", "payload": "[" * 100_000 + "]" * 100_000},
+                 {"type": "ok", "payload": "9" * 5000}, {"type": "ok", "payload": "NaN"}):
         response = client.post(url, data, follow=True)
         html = response.content.decode()
         assert "Nothing was sent" in html

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
@@ -35,6 +35,7 @@ from django_workflows.drawing.timeline import human_duration, render_timeline, w
 from django_workflows.errors import InvalidTransition, WorkflowError, WorkflowNotFound
 from django_workflows.instances import ACTIVE_STATUSES, InstanceHandle
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
+from django_workflows.templatetags.workflows_admin import readable_json
 
 STEPS_PER_PAGE = 50
 APPROVALS_PER_PAGE = 50
@@ -88,6 +89,13 @@ def _moment(value):
     )
 
 
+def refuse_nul(request) -> None:
+    """A NUL in the query string is a 400: PostgreSQL cannot compare text with it, and the list's
+    filters (Django's own among them) would make that a server error."""
+    if any("\x00" in key or "\x00" in value for key, values in request.GET.lists() for value in values):
+        raise BadRequest("The query string contains a NUL character.")
+
+
 def handle_for(instance: Instance) -> InstanceHandle:
     # from_row, not workflows.get(): an instance of a workflow no longer defined can still be steered.
     return InstanceHandle.from_row(instance.workflow_name, instance.instance_id, instance.pk)
@@ -128,8 +136,10 @@ class SendEventForm(forms.Form):
             return None
         try:
             return json.loads(text)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, and an integer of more than 4,300 digits
             raise forms.ValidationError(f"The payload is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise forms.ValidationError("The payload is nested too deeply.") from None
 
 
 class WorkflowFilter(admin.SimpleListFilter):
@@ -215,6 +225,7 @@ class InstanceAdmin(admin.ModelAdmin):
         return _moment(instance.updated_at)
 
     def changelist_view(self, request, extra_context=None):
+        refuse_nul(request)
         workflow = request.GET.get(WorkflowFilter.parameter_name) or None
         per_workflow = status_counts(workflow)
         totals = dict.fromkeys(InstanceStatus.values, 0)
@@ -561,6 +572,7 @@ class InstanceAdmin(admin.ModelAdmin):
     def approvals_view(self, request):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
+        refuse_nul(request)
         queue = awaiting_approval()
         workflow = request.GET.get("workflow") or None
         if workflow:
@@ -576,7 +588,7 @@ class InstanceAdmin(admin.ModelAdmin):
                 "workflow_url": reverse(
                     "admin:django_workflows_instance_workflow", args=[instance.workflow_name]
                 ),
-                "params": json.dumps(instance.params, ensure_ascii=False),
+                "params": readable_json(instance.params),
             }
             for instance in page.object_list
         ]

@@ -122,7 +122,7 @@ def discover() -> None:
             continue
         try:
             importlib.import_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a module that calls sys.exit() must not stop the site
             registry.import_errors[module] = f"{type(exc).__name__}: {exc}"
             logging.getLogger("django_workflows").exception("Importing %s failed", module)
         else:

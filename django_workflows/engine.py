@@ -42,7 +42,7 @@ from django_workflows.executors import get_executor
 from django_workflows.journal import WAITING_UNLESS_PAUSE_ASKED, Entry, Fenced, JournalWriter, encoded, load
 from django_workflows.models import Event, Instance, InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import StepPolicy, build_policy
-from django_workflows.serialization import NotJournalable, encode
+from django_workflows.serialization import NotJournalable, encode, storable_text
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.timeouts import AttemptTimedOut, call_with_timeout
 
@@ -68,7 +68,7 @@ class Suspend(BaseException):
 
 
 def validate_event_type(value) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_EVENT_TYPE or not EVENT_TYPE_PATTERN.match(value):
+    if not isinstance(value, str) or not value or len(value) > MAX_EVENT_TYPE or not EVENT_TYPE_PATTERN.fullmatch(value):
         raise InvalidEvent(
             f"Invalid event type {value!r}: use 1 to {MAX_EVENT_TYPE} characters of letters, digits, '-' "
             "and '_', not starting with '-'.",
@@ -82,7 +82,9 @@ def validate_event_type(value) -> str:
 def describe_error(exc: BaseException) -> dict:
     """An error as it is journaled: Cloudflare's ``{name, message}``, plus where its class lives."""
     cls = type(exc)
-    return {"name": cls.__name__, "message": str(exc), "type": f"{cls.__module__}:{cls.__qualname__}"}
+    # storable_text: a message may hold NUL or half a surrogate pair, which the journal cannot store.
+    message = storable_text(str(exc))
+    return {"name": cls.__name__, "message": message, "type": f"{cls.__module__}:{cls.__qualname__}"}
 
 
 class StepFailed(WorkflowError):
@@ -302,8 +304,8 @@ class Replay:
         error = describe_error(exc)
         del error["type"]
         now = clock.now()
-        if not self._finish(status=InstanceStatus.ERRORED, error=error, traceback=tb, ended_at=now,
-                            wake_at=None, waiting_for=None):
+        if not self._finish(status=InstanceStatus.ERRORED, error=error, traceback=storable_text(tb),
+                            ended_at=now, wake_at=None, waiting_for=None):
             raise Fenced()
         return InstanceStatus.ERRORED
 

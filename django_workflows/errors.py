@@ -86,6 +86,10 @@ class InvalidEvent(WorkflowError, ValueError):
     """An event's type or payload is not acceptable."""
 
 
+class DuplicateDelivery(WorkflowError):
+    """A signed webhook delivery that was already received: the same signature, posted again."""
+
+
 class InvalidParams(WorkflowError, ValueError):
     """An instance id or params are not acceptable."""
 

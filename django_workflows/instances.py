@@ -19,6 +19,7 @@ from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.engine import enqueue, validate_event_type
 from django_workflows.errors import (
+    DuplicateDelivery,
     InstanceAlreadyExists,
     InstanceNotFound,
     InvalidEvent,
@@ -49,7 +50,7 @@ def validate_instance_id(value) -> str:
         not isinstance(value, str)
         or not value
         or len(value) > MAX_INSTANCE_ID
-        or not INSTANCE_ID_PATTERN.match(value)
+        or not INSTANCE_ID_PATTERN.fullmatch(value)  # match() would let a trailing newline through
     ):
         raise InvalidParams(
             f"Invalid instance id {value!r}: use 1 to {MAX_INSTANCE_ID} characters of letters, digits, '-' "
@@ -241,11 +242,29 @@ class InstanceHandle:
             Step.objects.filter(instance_id=self.pk).delete()
             enqueue(self.pk)
 
-    def send_event(self, type: str, payload: Any = None, *, sender: str = "") -> None:  # noqa: A002
-        """Deliver an event: kept in the inbox, and the instance woken if it waits for this type."""
+    def send_event(self, type: str, payload: Any = None, *, sender: str = "",  # noqa: A002
+                   delivery: str | None = None) -> None:
+        """Deliver an event: kept in the inbox, and the instance woken if it waits for this type.
+
+        ``delivery`` identifies a delivery that must be stored at most once (a signed webhook): a second
+        event with the same one is refused with ``DuplicateDelivery`` and changes nothing.
+        """
         validate_event_type(type)
         _check_json(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE, f"The payload of event {type!r}",
                     InvalidEvent)
+        try:
+            self._store_event(type, payload, sender, delivery)
+        except IntegrityError:
+            # The unique delivery column decides, not a look beforehand: a concurrent twin of this
+            # request may have been stored in between.
+            if delivery is None or not Event.objects.filter(delivery=delivery).exists():
+                raise
+            raise DuplicateDelivery(
+                f"This delivery of event {type!r} was already received; nothing was stored again.",
+                workflow=self.workflow_name, instance_id=self.id, delivery=delivery,
+            ) from None
+
+    def _store_event(self, type, payload, sender, delivery) -> None:  # noqa: A002
         now = clock.now()
         with transaction.atomic(using=_alias()):
             # Locking the row orders this event against a replay suspending on its wait: either the
@@ -260,7 +279,8 @@ class InstanceHandle:
                     f"{row['status']} and will not wait for events again.",
                     workflow=self.workflow_name, instance_id=self.id, status=row["status"], action="send_event",
                 )
-            Event.objects.create(instance_id=self.pk, type=type, payload=payload, received_at=now, sender=sender)
+            Event.objects.create(instance_id=self.pk, type=type, payload=payload, received_at=now, sender=sender,
+                                 delivery=delivery)
             if row["status"] == InstanceStatus.WAITING and type in (row["waiting_for"] or ()):
                 # Queued, so that the sweeper re-enqueues it should the replay task be lost.
                 self._rows().update(status=InstanceStatus.QUEUED, updated_at=now)

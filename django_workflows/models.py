@@ -183,6 +183,10 @@ class Event(models.Model):
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="event"
     )
     consumed_at = models.DateTimeField(null=True, blank=True)
+    delivery = models.CharField(
+        max_length=64, null=True, blank=True, unique=True, editable=False,
+        help_text="For a signed webhook, a digest of its signature: the same delivery is stored once.",
+    )
 
     objects = EventQuerySet.as_manager()
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _SCALARS = (str, int, bool, type(None))
+# A "\u0000" escape in JSON text, not preceded by an escaped backslash ("\\u0000" is a backslash and
+# the text "u0000").
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class NotJournalable(ValueError):
@@ -29,9 +33,33 @@ def encode(value: Any, limit: int) -> tuple[str, Any]:
     except (TypeError, ValueError) as exc:
         raise NotJournalable(f"is not JSON-serializable ({exc}); return dicts, lists, str, int, float, "
                              "bool or None") from None
-    size = len(text.encode("utf-8")) if len(text) * 4 > limit else len(text)
+    except RecursionError:
+        raise NotJournalable("is nested too deeply to be written as JSON") from None
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            # Python strings may hold half of a UTF-16 pair ("\ud800", from JSON such as "\\ud800");
+            # it is no character, UTF-8 cannot encode it and PostgreSQL refuses it.
+            raise NotJournalable("contains a lone surrogate (such as '\\ud800'), which is not text") from None
+    if "\\u0000" in text and _NUL.search(text):
+        # Valid JSON, but PostgreSQL's jsonb cannot hold U+0000; refused on every database alike.
+        raise NotJournalable("contains the character U+0000 (NUL), which cannot be stored; "
+                             "encode binary data, as base64 for instance")
     if size > limit:
         raise NotJournalable(f"is {size} bytes as JSON, over the limit of {limit} bytes", too_large=True)
     if type(value) in _SCALARS:
         return text, value
     return text, json.loads(text)
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every database can store it (error messages, tracebacks): NUL written as ``\\x00``
+    and a lone surrogate as ``\\ud800``, which PostgreSQL and UTF-8 refuse."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

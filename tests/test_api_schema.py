@@ -1,9 +1,11 @@
 """The OpenAPI schema: served, valid, and honoured by the live server under schemathesis."""
 
 import json
+import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,14 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from django_workflows import workflows
+
+OPERATIONS = {
+    "GET /workflows/", "GET /workflows/{name}/", "GET /workflows/{name}/instances/",
+    "POST /workflows/{name}/instances/", "POST /workflows/{name}/instances/batch/",
+    "GET /workflows/{name}/instances/{instance_id}/", "PATCH /workflows/{name}/instances/{instance_id}/status/",
+    "POST /workflows/{name}/instances/{instance_id}/events/{event_type}/",
+    "POST /workflows/{name}/instances/{instance_id}/webhooks/{event_type}/",
+}
 
 
 @pytest.fixture
@@ -37,6 +47,9 @@ def test_the_schema_is_served_and_valid(admin_client_api):
 
 @pytest.mark.django_db(transaction=True)
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_server, tmp_path, settings):
+    """Valid and invalid inputs (schemathesis's "all" mode: negative cases break every constraint of
+    the schema) against every operation: no 500, every response as the schema says, every error the
+    JSON error shape, and inputs that break the schema refused."""
     settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor",
                                  "WEBHOOK_SECRETS": {"approval": "s3cret"}}
     user = User.objects.create_superuser("fuzzer", "f@example.com", "pw")
@@ -45,18 +58,36 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_server,
         workflows.get("approval").create(id=f"a{n}", params={})
         workflows.get("three-steps").create(id=f"t{n}", params={})
     report = tmp_path / "schemathesis.json"
+    inputs = tmp_path / "inputs.ndjson"
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks", "DW_FUZZ_LOG": str(inputs),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                          os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(
         [str(Path(sys.executable).parent / "schemathesis"), "run", f"{live_server.url}/workflows/schema/",
          "--url", live_server.url, "-H", f"Authorization: Token {token.key}",
          "--checks", "not_a_server_error,response_schema_conformance,status_code_conformance,"
-                     "content_type_conformance",
-         "--max-examples", "25", "--seed", "1", "--workers", "1", "--phases", "examples,coverage,fuzzing",
+                     "content_type_conformance,negative_data_rejection,error_is_the_api_error_shape,"
+                     "record_the_input",
+         "--mode", "all", "--max-examples", "40", "--seed", "1", "--workers", "1",
+         "--phases", "examples,coverage,fuzzing", "--continue-on-failure",
          "--report", "junit", "--report-junit-path", str(report), "--no-color",
          "--generation-codec", "utf-8", "--request-timeout", "10"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env=env,
     )
-    summary = result.stdout[-4000:]
+    summary = result.stdout[-6000:]
     print(summary)
     tests = re.search(r'tests="(\d+)"', report.read_text()) if report.exists() else None
     assert result.returncode == 0, summary + result.stderr[-2000:]
     assert tests and int(tests.group(1)) >= 9
+
+    tried = [json.loads(line) for line in inputs.read_text().splitlines()]
+    per_operation = Counter(line["operation"] for line in tried)
+    per_mode = Counter(line["mode"] for line in tried)
+    print(f"schemathesis: {len(tried)} inputs tried against {len(per_operation)} operations "
+          f"({per_mode['negative']} invalid, {per_mode['positive']} valid); statuses "
+          f"{dict(sorted(Counter(line['status'] for line in tried).items()))}")
+    assert set(per_operation) == OPERATIONS
+    assert all(line["status"] < 500 for line in tried)
+    for operation in OPERATIONS:
+        modes = {line["mode"] for line in tried if line["operation"] == operation}
+        assert "negative" in modes, operation

@@ -52,6 +52,8 @@ def from_engine(exc: errors.WorkflowError) -> WorkflowAPIError:
         return NotFound(message, "instance_not_found")
     if isinstance(exc, errors.InstanceAlreadyExists):
         return Conflict(message, "instance_exists")
+    if isinstance(exc, errors.DuplicateDelivery):
+        return Conflict(message, "duplicate_delivery")
     if isinstance(exc, errors.InvalidTransition):
         if getattr(exc, "action", None) == "send_event":
             return Conflict(message, "instance_finished")
@@ -92,4 +94,16 @@ def exception_handler(exc, context):
     else:
         message = detail.get("detail", detail) if isinstance(detail, dict) else detail
         body = {"code": exc.get_codes() if isinstance(exc.get_codes(), str) else "invalid", "message": str(message)}
-    return Response({"error": body}, status=response.status_code, headers=dict(response.items()))
+    return Response({"error": _encodable(body)}, status=response.status_code, headers=dict(response.items()))
+
+
+def _encodable(value):
+    """The error body with any lone surrogate escaped: an error may quote the input back ('"\\ud800" is
+    not a valid choice'), and UTF-8 cannot encode half of a UTF-16 pair."""
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    if isinstance(value, str) and not value.isascii():
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value

@@ -7,10 +7,17 @@ from django_workflows.instances import MAX_BATCH, MAX_INSTANCE_ID
 STATUS_ACTIONS = ("pause", "resume", "terminate", "restart")
 
 
-class CreateInstanceSerializer(serializers.Serializer):
-    instance_id = serializers.CharField(required=False, max_length=MAX_INSTANCE_ID, allow_blank=False,
-                                        help_text="Letters, digits, '-' and '_'; a UUID when left out.")
-    params = serializers.JSONField(required=False, allow_null=True, help_text="Any JSON, at most 1 MiB.")
+class StrictCharField(serializers.CharField):
+    """A string and nothing else: DRF's CharField would turn ``0`` into ``"0"``, and an id is text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class RejectUnknownFields:
+    """A field the API does not know is refused, not ignored: a typo must not pass silently."""
 
     def to_internal_value(self, data):
         if isinstance(data, dict):
@@ -19,6 +26,13 @@ class CreateInstanceSerializer(serializers.Serializer):
                 raise serializers.ValidationError({field: ["Unknown field."] for field in sorted(unknown)},
                                                   code="unknown_field")
         return super().to_internal_value(data)
+
+
+class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
+    instance_id = StrictCharField(required=False, max_length=MAX_INSTANCE_ID, allow_blank=False,
+                                  trim_whitespace=False,  # " a" is an invalid id, not "a"
+                                  help_text="Letters, digits, '-' and '_'; a UUID when left out.")
+    params = serializers.JSONField(required=False, allow_null=True, help_text="Any JSON, at most 1 MiB.")
 
 
 class BatchSerializer(serializers.ListSerializer):
@@ -31,7 +45,7 @@ class BatchSerializer(serializers.ListSerializer):
         super().__init__(*args, **kwargs)
 
 
-class StatusChangeSerializer(serializers.Serializer):
+class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
     status = serializers.ChoiceField(choices=STATUS_ACTIONS)
 
 

@@ -1,6 +1,6 @@
 """Mount with ``path("workflows/", include("django_workflows.api.urls"))``."""
 
-from django.urls import path
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from django_workflows.api import views
@@ -19,4 +19,7 @@ urlpatterns = [
          name="instance-event"),
     path("<str:name>/instances/<str:instance_id>/webhooks/<str:event_type>/", views.WebhookView.as_view(),
          name="instance-webhook"),
+    # Anything else under the API's prefix (an id with a '/' in it, a missing trailing slash) is a
+    # JSON 404 like every other API error, not the site's HTML page.
+    re_path(r"^", views.no_such_endpoint, name="no-such-endpoint"),
 ]

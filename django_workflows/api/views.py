@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from django.core.exceptions import RequestDataTooBig
+from django.http import JsonResponse
 from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -24,14 +25,15 @@ from django_workflows.describe import describe_instance, describe_workflow, inst
 from django_workflows.engine import validate_event_type
 from django_workflows.instances import validate_instance_id
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, verify
+from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "Invalid input (id, event type, params, JSON).",
     401: "Not authenticated, or a bad webhook signature.",
     403: "Not allowed.",
     404: "Unknown workflow or instance.",
-    409: "Conflict: the id exists, the transition is not allowed, or the instance is finished.",
+    409: "Conflict: the id exists, the transition is not allowed, the instance is finished, or the webhook "
+         "delivery was received already.",
     413: "Payload over the size limit.",
     415: "Not application/json.",
 }.items()}
@@ -84,8 +86,9 @@ class WorkflowAPIView(APIView):
     def instance_row(handle) -> Instance:
         return Instance.objects.get(pk=handle.pk)
 
-    def json_body(self, request, *, required: bool):
-        """The request body as JSON, with 415, 413 and 400 for what is wrong with it."""
+    def json_body(self, request, *, required: bool, empty=None):
+        """The request body as JSON, with 415, 413 and 400 for what is wrong with it; ``empty`` when
+        there is no body and none is required."""
         try:
             body = request.body
         except RequestDataTooBig:
@@ -93,7 +96,7 @@ class WorkflowAPIView(APIView):
         if not body.strip():
             if required:
                 raise exceptions.MalformedJSON("The request body is empty; send a JSON document.")
-            return None
+            return empty
         content_type = request.content_type.split(";")[0].strip().lower()
         if content_type != "application/json" and not content_type.endswith("+json"):
             raise exceptions.UnsupportedMediaType(
@@ -107,6 +110,12 @@ class WorkflowAPIView(APIView):
             raise exceptions.MalformedJSON(f"The request body is not valid JSON: {exc}") from None
         except RecursionError:
             raise exceptions.MalformedJSON("The request body is nested too deeply.") from None
+
+
+def no_such_endpoint(request, *args, **kwargs):
+    hint = "" if request.path.endswith("/") else " API addresses end with '/'."
+    return JsonResponse({"error": {"code": "not_found", "message": f"No API endpoint at this address.{hint}"}},
+                        status=404)
 
 
 class WorkflowListView(WorkflowAPIView):
@@ -128,7 +137,24 @@ class InstancePagination(PageNumberPagination):
 
     def get_page_size(self, request):
         self.page_size = workflow_settings.API_PAGE_SIZE
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is not None and not _whole_number(raw, 1, self.max_page_size):
+            raise exceptions.WorkflowAPIError(
+                f"per_page must be a whole number from 1 to {self.max_page_size}, got {raw[:100]!r}.",
+                "invalid_page")
         return super().get_page_size(request)
+
+    def get_page_number(self, request, paginator):
+        raw = request.query_params.get(self.page_query_param)
+        if raw is not None and not _whole_number(raw, 1, 10**12):
+            raise exceptions.WorkflowAPIError(f"page must be a whole number from 1, got {raw[:100]!r}.",
+                                              "invalid_page")
+        return super().get_page_number(request, paginator)
+
+
+def _whole_number(text: str, low: int, high: int) -> bool:
+    # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+    return 0 < len(text) <= 13 and all("0" <= c <= "9" for c in text) and low <= int(text) <= high
 
 
 class InstanceListView(WorkflowAPIView):
@@ -157,8 +183,8 @@ class InstanceListView(WorkflowAPIView):
                    responses={201: s.InstanceSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
     def post(self, request, name):
         handle = self.workflow(name)
-        data = self.json_body(request, required=False)
-        serializer = s.CreateInstanceSerializer(data={} if data is None else data)
+        data = self.json_body(request, required=False, empty={})
+        serializer = s.CreateInstanceSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         created = handle.create(id=serializer.validated_data.get("instance_id"),
                                 params=serializer.validated_data.get("params"))
@@ -202,6 +228,7 @@ class InstanceStatusView(WorkflowAPIView):
 
 class InstanceEventView(WorkflowAPIView):
     required_permission = perms.SEND_EVENT
+    delivery: str | None = None
 
     def sender(self, request) -> str:
         return audit.user_sender("api", request.user)
@@ -212,7 +239,7 @@ class InstanceEventView(WorkflowAPIView):
         handle = self.instance(name, instance_id)
         validate_event_type(event_type)
         payload = self.json_body(request, required=False)
-        handle.send_event(type=event_type, payload=payload, sender=self.sender(request))
+        handle.send_event(type=event_type, payload=payload, sender=self.sender(request), delivery=self.delivery)
         return Response({"accepted": True, "instance": instance_summary(self.instance_row(handle)),
                          "type": event_type}, status=http.HTTP_202_ACCEPTED)
 
@@ -229,8 +256,9 @@ class WebhookView(InstanceEventView):
         return [AllowAny()]
 
     def sender(self, request) -> str:
-        source = request.headers.get(SOURCE_HEADER, "")[:100] or "unnamed"
-        return audit.sender("webhook", f"{source}@{request.META.get('REMOTE_ADDR', '?')}")
+        # Printable characters only: the header is anyone's text, and PostgreSQL refuses NUL.
+        source = "".join(c for c in request.headers.get(SOURCE_HEADER, "")[:100] if c.isprintable())
+        return audit.sender("webhook", f"{source or 'unnamed'}@{request.META.get('REMOTE_ADDR', '?')}")
 
     @extend_schema(operation_id="instances_webhook", request={"application/json": {}}, auth=[],
                    parameters=[OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True,
@@ -246,7 +274,9 @@ class WebhookView(InstanceEventView):
         except RequestDataTooBig:
             raise exceptions.PayloadTooLarge("The request body is over the server's upload limit.") from None
         try:
-            verify(secret, body, request.headers.get(SIGNATURE_HEADER), workflow_settings.WEBHOOK_TOLERANCE_SECONDS)
+            digest = verify(secret, body, request.headers.get(SIGNATURE_HEADER),
+                            workflow_settings.WEBHOOK_TOLERANCE_SECONDS)
         except SignatureError as exc:
             raise exceptions.BadSignature(str(exc)) from None
+        self.delivery = delivery_id(digest)
         return super().post(request, name, instance_id, event_type)

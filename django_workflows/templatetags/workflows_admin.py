@@ -14,7 +14,22 @@ register = template.Library()
 @register.filter
 def pretty_json(value) -> str:
     """A JSON value indented for reading. Returned as plain text, so the template escapes it."""
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return readable_json(value, indent=2)
+
+
+def readable_json(value, indent=None) -> str:
+    """``value`` as JSON text for a page, whatever its depth.
+
+    The API accepts JSON nested as deep as its parser goes (about a thousand levels), deeper than
+    the indenting encoder, which recurses in Python on top of the template's own frames, can write
+    out; such a value is shown on one line, or described, instead of failing the page.
+    """
+    for spaces in ([indent, None] if indent is not None else [None]):
+        try:
+            return json.dumps(value, indent=spaces, ensure_ascii=False, default=str)
+        except RecursionError:
+            continue
+    return "(nested too deeply to show here; the API returns it whole)"
 
 
 @register.filter

@@ -76,7 +76,7 @@ def compile_costs() -> str:
     import timeit
     from datetime import timedelta
 
-    from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Value, When
+    from django.db.models import Case, DateTimeField, F, PositiveIntegerField, Q, Value, When
     from django.db.models.functions import Coalesce
     from django.db.models.sql import UpdateQuery
 
@@ -93,7 +93,10 @@ def compile_costs() -> str:
     def claim():
         now = clock.now()
         return update_sql(
-            Instance.objects.runnable(now).filter(pk=1),
+            Instance.objects.filter(
+                Q(status__in=(InstanceStatus.QUEUED, InstanceStatus.WAITING))
+                | Q(status__in=_TAKEN_OVER, lease_expires_at__lt=now)
+            ).filter(pk=1),
             status=Case(When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.WAITING_FOR_PAUSE)),
                         default=Value(InstanceStatus.RUNNING)),
             epoch=F("epoch") + 1,

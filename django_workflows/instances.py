@@ -11,7 +11,7 @@ import re
 import uuid
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 
 from django_workflows import clock
@@ -26,6 +26,7 @@ from django_workflows.errors import (
     InvalidParams,
     InvalidTransition,
 )
+from django_workflows.executors import get_executor
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
 from django_workflows.serialization import NotJournalable, encode
 
@@ -88,8 +89,16 @@ class WorkflowHandle:
     def create(self, id: str | None = None, params: Any = None) -> InstanceHandle:  # noqa: A002
         """Create an instance and queue its first replay. An id that exists is an error."""
         instance = self._new_instance(id, params)
+        alias = _alias()
         try:
-            with transaction.atomic(using=_alias()):
+            if get_executor().enqueues_in_transaction or connections[alias].in_atomic_block:
+                # The replay's task commits with the instance; inside the caller's transaction, a
+                # savepoint keeps a duplicate id from breaking it.
+                with transaction.atomic(using=alias):
+                    instance.save(force_insert=True)
+                    enqueue(instance.pk)
+            else:
+                # One INSERT in autocommit, and the replay is asked for once it has committed.
                 instance.save(force_insert=True)
                 enqueue(instance.pk)
         except IntegrityError:

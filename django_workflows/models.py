@@ -47,13 +47,6 @@ class InstanceQuerySet(models.QuerySet):
         """Queued instances untouched since ``before``: their replay task may have been lost."""
         return self.filter(status=InstanceStatus.QUEUED, updated_at__lt=before)
 
-    def runnable(self, now):
-        """Instances a replay may claim now."""
-        return self.filter(
-            Q(status__in=(InstanceStatus.QUEUED, InstanceStatus.WAITING))
-            | Q(status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now)
-        )
-
 
 class Instance(models.Model):
     """One run of a workflow, identified by (workflow name, instance id)."""

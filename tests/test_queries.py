@@ -1,5 +1,6 @@
 """Query and row counts on the hot paths: a step, a replay, a whole journal."""
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -65,3 +66,34 @@ def test_a_wait_that_receives_a_buffered_event_costs_a_bounded_number_of_queries
     # (plus the savepoint statements of the consuming transaction on some backends)
     non_savepoint = [s for s in _statements(ctx) if "SAVEPOINT" not in s]
     assert len(non_savepoint) == 5, non_savepoint
+
+
+@pytest.mark.django_db(transaction=True)
+def test_create_outside_a_transaction_is_one_insert_then_the_replay(settings, monkeypatch):
+    from django_workflows import executors
+
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+    executors.reset()
+    transactions = []
+    set_autocommit = connection.set_autocommit
+
+    def counting(autocommit, **kwargs):
+        if not autocommit:  # a transaction begins (a new connection sets it to True)
+            transactions.append(autocommit)
+        return set_autocommit(autocommit, **kwargs)
+
+    monkeypatch.setattr(connection, "set_autocommit", counting)
+    try:
+        with CaptureQueriesContext(connection) as ctx:
+            instance = workflows.get("loop").create(params={"n": 3})
+    finally:
+        executors.reset()
+    assert instance.status()["status"] == "complete"
+    statements = _statements(ctx)
+    # No transaction around it: the INSERT commits alone (a round trip and a BEGIN fewer on
+    # PostgreSQL), then the replay runs.
+    assert transactions == []
+    assert statements[0].startswith("INSERT INTO") and "django_workflows_instance" in statements[0]
+    assert not [sql for sql in statements if "SAVEPOINT" in sql]
+    # take the lease, 3 steps, finish
+    assert len(statements) == 1 + 5, statements

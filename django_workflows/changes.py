@@ -10,8 +10,9 @@ answers "may the tables have changed?" at no cost to the database:
 - on SQLite, every commit writes the database's write-ahead log (or, without
   WAL, the file itself), whose size and modification time a ``stat()`` reads
   (no statement is run);
-- elsewhere, or while a watcher's means fail (a PostgreSQL restart), it says
-  "changed" at every call, which is plain polling.
+- elsewhere (or on PostgreSQL without the triggers) it says "changed" once
+  every poll interval, which is plain polling; a lost LISTEN connection (a
+  PostgreSQL restart) is reported as a change and opened again.
 
 A watcher may report a change that was not one (any commit on SQLite); it never
 hides one it could see, and the loops that use it look anyway every

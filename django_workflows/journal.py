@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connections, router
 
 from django_workflows import rows
-from django_workflows.models import Instance, Step
+from django_workflows.models import Instance, InstanceStatus, Step
 
 
 class Entry:
@@ -134,8 +134,8 @@ class JournalWriter:
         self._step_table = step_table
         self._instance_table = instance_table
 
-    def _value(self, column: str, value):
-        if column in _JSON_COLUMNS:
+    def _value(self, column: str, value, json_columns=_JSON_COLUMNS):
+        if column in json_columns:
             return None if value is None else (value if isinstance(value, _Encoded) else json.dumps(value))
         if isinstance(value, datetime):
             return self._adapt_datetime(value)
@@ -176,15 +176,11 @@ class JournalWriter:
         for column, value in fields.items():
             if column == "status" and status is WAITING_UNLESS_PAUSE_ASKED:
                 assignments.append("status = CASE WHEN status = %s THEN %s ELSE %s END")
-                params += [_WAITING_FOR_PAUSE, _PAUSED, _WAITING]
+                params += [InstanceStatus.WAITING_FOR_PAUSE, InstanceStatus.PAUSED, InstanceStatus.WAITING]
                 continue
             placeholder = self._json_placeholder if column in _JSON_INSTANCE_COLUMNS else "%s"
             assignments.append(f"{column} = {placeholder}")
-            if column in _JSON_INSTANCE_COLUMNS and value is not None and not isinstance(value, _Encoded):
-                value = json.dumps(value)
-            elif isinstance(value, datetime):
-                value = self._adapt_datetime(value)
-            params.append(value)
+            params.append(self._value(column, value, _JSON_INSTANCE_COLUMNS))
         sql = (
             f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, crash_count = 0, "
             f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s"
@@ -220,7 +216,6 @@ class JournalWriter:
 WAITING_UNLESS_PAUSE_ASKED = object()
 """The status a suspended replay leaves: waiting, or paused if a pause was asked meanwhile."""
 
-_WAITING, _PAUSED, _WAITING_FOR_PAUSE = "waiting", "paused", "waitingForPause"
 _JSON_INSTANCE_COLUMNS = {"output", "error", "waiting_for"}
 
 

@@ -13,7 +13,11 @@ import time
 from contextlib import contextmanager
 from datetime import timedelta
 
-from django.db import connections
+from django.db import connections, router
+
+from django_workflows import clock, rows
+from django_workflows.conf import workflow_settings
+from django_workflows.models import Instance, InstanceStatus
 
 
 class LeaseKeeper:
@@ -38,10 +42,6 @@ class LeaseKeeper:
                 self._held.pop(key, None)
 
     def _loop(self) -> None:
-        from django_workflows import clock
-        from django_workflows.conf import workflow_settings
-        from django_workflows.models import Instance, InstanceStatus
-
         leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
 
         while True:
@@ -88,11 +88,6 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float):
     deliveries arrive, and its RETURNING reads what the replay needs. Taking over
     a lease that expired means the last replay died without finishing: a crash.
     """
-    from django.db import router
-
-    from django_workflows import rows
-    from django_workflows.models import Instance, InstanceStatus
-
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     ops = connection.ops

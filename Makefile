@@ -1,5 +1,8 @@
 # make test   - the whole suite: checks, migrations, pytest on SQLite, then on PostgreSQL if reachable
-# make demo   - a small end-to-end example on SQLite
+#               (about 4 minutes each on two cores)
+# make demo   - a small end-to-end example on SQLite (its own, smaller install: the package and [demo])
+# make dist   - build the sdist and wheel into dist/, twine check them, install the wheel in a new venv
+# make chromium - install Debian's Chromium for the admin's browser test (CI does; needs root)
 #
 # PYTHON=... VENV=... DJANGO='django>=6,<6.1' picks another interpreter and Django;
 # REQUIRE_POSTGRES=1 fails instead of skipping when PostgreSQL is unreachable (CI);
@@ -14,17 +17,24 @@ POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 
-.PHONY: test test-sqlite test-postgres chaos demo demo-smoke clean bench
+.PHONY: test test-sqlite test-postgres chaos demo demo-smoke clean bench dist chromium
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' $(if $(DJANGO),'$(DJANGO)')
 	@touch $@
 
+# The demo needs neither the test tools nor a browser driver.
+$(VENV)/.installed-demo: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[demo]' $(if $(DJANGO),'$(DJANGO)')
+	@touch $@
+
 test: test-sqlite test-postgres
 
 test-sqlite: $(VENV)/.installed
 	@$(PY) -c "import django, sys; print(f'== Python {sys.version.split()[0]}, Django {django.get_version()}')"
+	@echo "== about 4 minutes on SQLite, then as long on PostgreSQL when it is reachable"
 	$(TEST_ENV) $(PY) -m django check --fail-level WARNING
 	$(TEST_ENV) $(PY) -m django makemigrations --check --dry-run
 	@echo "== pytest on SQLite"
@@ -54,16 +64,31 @@ chaos: $(VENV)/.installed
 
 DEMO_ARGS ?=
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed-demo
 	cd example_project && ../$(PY) manage.py migrate -v 0 && ../$(PY) manage.py demo $(DEMO_ARGS)
 
 # What CI runs: the demo on a fresh SQLite file, exiting once every instance settled.
-demo-smoke: $(VENV)/.installed
+demo-smoke: $(VENV)/.installed-demo
 	rm -f example_project/demo-smoke.sqlite3*
 	SQLITE_PATH=$(CURDIR)/example_project/demo-smoke.sqlite3 $(MAKE) demo DEMO_ARGS="--exit-when-settled --port 8765"
 
 clean:
-	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3*
+	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3* dist
+
+# What `pip install /path/to/checkout` and a PyPI upload would get: built, checked, installed, imported.
+dist: $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check build twine
+	rm -rf dist
+	$(PY) -m build --outdir dist . > /dev/null
+	$(PY) -m twine check --strict dist/*
+	$(PY) scripts/check_wheel.py dist/*.whl
+	rm -rf dist/venv && $(PYTHON) -m venv dist/venv
+	dist/venv/bin/python -m pip install -q --disable-pip-version-check dist/*.whl
+	cd dist && venv/bin/python -c "import django_workflows, sys; print('== installed', django_workflows.__version__, 'from', django_workflows.__file__)"
+
+# Debian's Chromium, which tests/test_admin_browser.py drives through Playwright.
+chromium:
+	@test -x /usr/bin/chromium || (apt-get update -q && apt-get install -y -q chromium)
 
 # make bench          - the benchmarks of issue 7 (~20 minutes): prints the table, writes benchmarks/REPORT.md
 #                       and benchmarks/report.png; SQLite, and PostgreSQL (BENCH_POSTGRES_URL, default

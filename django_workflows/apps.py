@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db import router
 from django.db.models.signals import post_migrate
 
 
@@ -8,8 +9,20 @@ class DjangoWorkflowsConfig(AppConfig):
     verbose_name = "Workflows"
     default_auto_field = "django.db.models.BigAutoField"
 
+    def __init__(self, app_name, app_module):
+        super().__init__(app_name, app_module)
+        # Here rather than in ready(): django-q2 reads Q_CLUSTER when its own app config is imported,
+        # which follows this one when django_workflows is listed first in INSTALLED_APPS.
+        from django_workflows.executors import q2_conf
+
+        q2_conf.install_default()
+
     def ready(self):
         from django_workflows import checks  # noqa: F401  (registers the system checks)
+        from django_workflows.executors import q2_conf
+        from django_workflows.models import Instance
+
+        q2_conf.install_broker_alias(router.db_for_write(Instance))
 
         # Each installed app's workflows.py defines its workflows; importing it registers them.
         from django_workflows.definition import discover

@@ -53,7 +53,16 @@ def check_settings(app_configs=None, **kwargs):
                 id="django_workflows.E002",
             ))
         else:
-            messages.extend(get_executor().check())
+            try:
+                executor = get_executor()
+            except Exception as exc:  # a check reports what it finds; it never crashes manage.py
+                messages.append(Error(
+                    f"The executor {workflow_settings.EXECUTOR!r} cannot start: {exc}",
+                    hint="Nothing can be created until this is fixed: creating an instance raises this error.",
+                    id="django_workflows.E009",
+                ))
+            else:
+                messages.extend(executor.check())
     defaults = workflow_settings.DEFAULT_STEP_CONFIG
     try:
         validate_config(defaults, "DJANGO_WORKFLOWS['DEFAULT_STEP_CONFIG']")
@@ -168,22 +177,3 @@ def sqlite_messages(alias: str, database: dict):
              "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
         id="django_workflows.W001",
     )]
-
-
-@register(Tags.compatibility)
-def check_api_schema(app_configs=None, **kwargs):
-    from django.urls import NoReverseMatch, reverse
-
-    try:
-        reverse("django_workflows_api:schema")
-    except NoReverseMatch:
-        return []  # the API is not mounted
-    schema_class = (getattr(settings, "REST_FRAMEWORK", None) or {}).get("DEFAULT_SCHEMA_CLASS", "")
-    if schema_class != "drf_spectacular.openapi.AutoSchema":
-        return [Warning(
-            "The workflows API is mounted, but REST_FRAMEWORK['DEFAULT_SCHEMA_CLASS'] is not drf-spectacular's: "
-            "its OpenAPI schema cannot be generated.",
-            hint="Set REST_FRAMEWORK = {'DEFAULT_SCHEMA_CLASS': 'drf_spectacular.openapi.AutoSchema', ...}.",
-            id="django_workflows.W201",
-        )]
-    return []

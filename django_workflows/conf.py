@@ -118,6 +118,11 @@ workflow_settings = WorkflowSettings()
 def _reload(*, setting, **kwargs):
     if setting == "DJANGO_WORKFLOWS":
         workflow_settings.reload()
+    elif setting == "Q_CLUSTER":
+        # The django-q2 executor checks its broker when it is built.
+        from django_workflows import executors
+
+        executors.reset()
 
 
 setting_changed.connect(_reload)

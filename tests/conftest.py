@@ -17,6 +17,22 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+    config._workflows_deselected = {
+        "need PostgreSQL (they run in the PostgreSQL pass)":
+            sum(1 for item in deselected if item.get_closest_marker("postgres") and not postgres),
+        "are the chaos test (make chaos)":
+            sum(1 for item in deselected if item.get_closest_marker("chaos")
+                and not (item.get_closest_marker("postgres") and not postgres)),
+    }
+
+
+def pytest_report_collectionfinish(config, start_path, items):
+    """Say why tests were deselected, and why a file's name can come up twice in the progress."""
+    reasons = [f"{count} {why}" for why, count in getattr(config, "_workflows_deselected", {}).items() if count]
+    lines = [f"deselected: {'; '.join(reasons)}"] if reasons else []
+    lines.append("pytest-django runs plain database tests first, then transactional ones, then the rest, "
+                 "so a file's name can appear more than once below")
+    return lines
 
 
 import pytest  # noqa: E402

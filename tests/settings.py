@@ -27,10 +27,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django_workflows",  # before django_q, as the README says
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",
-    "django_workflows",
     "tests.testapp.apps.TestAppConfig",
     "examples",  # example_project/examples, on the path through pytest's pythonpath
 ]
@@ -119,8 +119,6 @@ else:
     # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
     Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
 
-# drf-spectacular draws the API's OpenAPI schema (/workflows/schema/).
-REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
 DJANGO_WORKFLOWS = {}
 if os.environ.get("TEST_WORKFLOWS_SETTINGS"):

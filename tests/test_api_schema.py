@@ -91,3 +91,30 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_server,
     for operation in OPERATIONS:
         modes = {line["mode"] for line in tried if line["operation"] == operation}
         assert "negative" in modes, operation
+
+
+def test_the_schema_is_titled_versioned_and_describes_this_api_alone(client, db):
+    import django_workflows
+
+    response = client.get("/workflows/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    schema = json.loads(response.content)
+    assert schema["info"]["title"] == "django-workflows API"
+    assert schema["info"]["version"] == django_workflows.__version__
+    assert all(path.startswith("/workflows/") for path in schema["paths"])
+    assert "/workflows/schema/" not in schema["paths"]
+    assert response["Content-Disposition"] == 'inline; filename="django-workflows API.json"'
+
+
+def test_swagger_ui_shows_the_schema_from_a_cdn_or_from_the_sidecar(client, db, settings):
+    from django.contrib.staticfiles import finders
+    from django.test import modify_settings
+
+    page = client.get("/workflows/schema/ui/").content.decode()
+    assert "<title>django-workflows API " in page and 'data-schema-url="/workflows/schema/"' in page
+    assert 'src="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js"' in page
+
+    with modify_settings(INSTALLED_APPS={"append": "drf_spectacular_sidecar"}):
+        page = client.get("/workflows/schema/ui/").content.decode()
+        assert 'src="/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js"' in page
+        assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")

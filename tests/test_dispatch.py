@@ -125,7 +125,39 @@ def test_q_cluster_checks(settings, change, expected):
 
 def test_lease_longer_than_retry(settings):
     settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1000}
-    assert [m.id for m in DjangoQExecutor().check()] == ["django_workflows.W104"]
+    (message,) = DjangoQExecutor().check()
+    assert message.id == "django_workflows.W104"
+    # The fix is a longer retry (a lease of 30 to 60 s is already the default).
+    assert message.hint.startswith("Raise Q_CLUSTER retry above both LEASE_SECONDS and timeout")
+
+
+def test_django_q2_defaults_warn_with_hints_that_point_the_right_way(settings):
+    settings.Q_CLUSTER = {"name": "site", "orm": "default", "broker_class": "django_workflows.broker.ORMBroker"}
+    messages = {m.id: m for m in DjangoQExecutor().check()}
+    assert set(messages) == {"django_workflows.W104", "django_workflows.W106"}
+    assert "retry above both LEASE_SECONDS" in messages["django_workflows.W104"].hint
+    assert messages["django_workflows.W106"].msg.startswith(
+        "Q_CLUSTER ack_failures is not True: a task that fails stays in the queue and is delivered again")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_whose_package_is_missing_refuses_to_create_anything(settings, monkeypatch):
+    import sys
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from django_workflows.errors import WorkflowConfigError
+
+    monkeypatch.setitem(sys.modules, "redis", None)  # as if the redis package were not installed
+    monkeypatch.delitem(sys.modules, "django_q.brokers.redis_broker", raising=False)
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "orm": None, "broker_class": None, "redis": {"host": "127.0.0.1"}}
+    with pytest.raises(WorkflowConfigError, match="^Q_CLUSTER's broker needs the 'redis' package, which is not "
+                                                  "installed: pip install redis"):
+        workflows.get("three-steps").create(id="never", params={})
+    with pytest.raises(CommandError, match="needs the 'redis' package"):
+        call_command("workflows", "trigger", "three-steps", "{}", "--id", "never")
+    assert not Instance.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

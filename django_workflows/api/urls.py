@@ -1,15 +1,15 @@
 """Mount with ``path("workflows/", include("django_workflows.api.urls"))``."""
 
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView
-
 from django_workflows.api import views
+from django_workflows.api.schema import SchemaView, schema_ui
 
 app_name = "django_workflows_api"
 
 urlpatterns = [
     path("", views.WorkflowListView.as_view(), name="workflow-list"),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    path("schema/ui/", schema_ui, name="schema-ui"),
     path("<str:name>/", views.WorkflowDetailView.as_view(), name="workflow-detail"),
     path("<str:name>/instances/", views.InstanceListView.as_view(), name="instance-list"),
     path("<str:name>/instances/batch/", views.InstanceBatchView.as_view(), name="instance-batch"),

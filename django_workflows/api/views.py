@@ -8,7 +8,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status as http
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
@@ -19,6 +19,7 @@ from django_workflows import audit, workflows
 from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
+from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.describe import describe_instance, describe_workflow, instance_summary
@@ -119,13 +120,13 @@ def no_such_endpoint(request, *args, **kwargs):
 
 
 class WorkflowListView(WorkflowAPIView):
-    @extend_schema(operation_id="workflows_list", responses={200: s.WorkflowSerializer(many=True), **errors(401, 403)})
+    @operation(operation_id="workflows_list", responses={200: s.WorkflowSerializer(many=True), **errors(401, 403)})
     def get(self, request):
         return Response([describe_workflow(name) for name in registry.names()])
 
 
 class WorkflowDetailView(WorkflowAPIView):
-    @extend_schema(operation_id="workflows_retrieve", responses={200: s.WorkflowSerializer, **errors(401, 403, 404)})
+    @operation(operation_id="workflows_retrieve", responses={200: s.WorkflowSerializer, **errors(401, 403, 404)})
     def get(self, request, name):
         self.workflow(name)
         return Response(describe_workflow(name))
@@ -160,7 +161,7 @@ def _whole_number(text: str, low: int, high: int) -> bool:
 class InstanceListView(WorkflowAPIView):
     required_permissions = {"POST": perms.ADD}
 
-    @extend_schema(
+    @operation(
         operation_id="instances_list",
         parameters=[OpenApiParameter("status", str, enum=InstanceStatus.values, required=False),
                     OpenApiParameter("page", int, required=False), OpenApiParameter("per_page", int, required=False)],
@@ -179,7 +180,7 @@ class InstanceListView(WorkflowAPIView):
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response([instance_summary(row) for row in page])
 
-    @extend_schema(operation_id="instances_create", request=s.CreateInstanceSerializer,
+    @operation(operation_id="instances_create", request=s.CreateInstanceSerializer,
                    responses={201: s.InstanceSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
     def post(self, request, name):
         handle = self.workflow(name)
@@ -194,7 +195,7 @@ class InstanceListView(WorkflowAPIView):
 class InstanceBatchView(WorkflowAPIView):
     required_permission = perms.ADD
 
-    @extend_schema(operation_id="instances_batch", request=s.CreateInstanceSerializer(many=True),
+    @operation(operation_id="instances_batch", request=s.CreateInstanceSerializer(many=True),
                    responses={201: s.InstanceSummarySerializer(many=True), **errors(400, 401, 403, 404, 413, 415)})
     def post(self, request, name):
         handle = self.workflow(name)
@@ -208,7 +209,7 @@ class InstanceBatchView(WorkflowAPIView):
 
 
 class InstanceDetailView(WorkflowAPIView):
-    @extend_schema(operation_id="instances_retrieve", responses={200: s.InstanceSerializer, **errors(400, 401, 403, 404)})
+    @operation(operation_id="instances_retrieve", responses={200: s.InstanceSerializer, **errors(400, 401, 403, 404)})
     def get(self, request, name, instance_id):
         return Response(describe_instance(self.instance_row(self.instance(name, instance_id))))
 
@@ -216,7 +217,7 @@ class InstanceDetailView(WorkflowAPIView):
 class InstanceStatusView(WorkflowAPIView):
     required_permission = perms.CHANGE
 
-    @extend_schema(operation_id="instances_change_status", request=s.StatusChangeSerializer,
+    @operation(operation_id="instances_change_status", request=s.StatusChangeSerializer,
                    responses={200: s.InstanceSummarySerializer, **errors(400, 401, 403, 404, 409, 415)})
     def patch(self, request, name, instance_id):
         handle = self.instance(name, instance_id)
@@ -233,7 +234,7 @@ class InstanceEventView(WorkflowAPIView):
     def sender(self, request) -> str:
         return audit.user_sender("api", request.user)
 
-    @extend_schema(operation_id="instances_send_event", request={"application/json": {}},
+    @operation(operation_id="instances_send_event", request={"application/json": {}},
                    responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
     def post(self, request, name, instance_id, event_type):
         handle = self.instance(name, instance_id)
@@ -260,7 +261,7 @@ class WebhookView(InstanceEventView):
         source = "".join(c for c in request.headers.get(SOURCE_HEADER, "")[:100] if c.isprintable())
         return audit.sender("webhook", f"{source or 'unnamed'}@{request.META.get('REMOTE_ADDR', '?')}")
 
-    @extend_schema(operation_id="instances_webhook", request={"application/json": {}}, auth=[],
+    @operation(operation_id="instances_webhook", request={"application/json": {}}, auth=[],
                    parameters=[OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True,
                                                 description="t=<unix time>,v1=<hex HMAC-SHA256 of 't.body'>")],
                    responses={202: s.EventAcceptedSerializer, **errors(400, 401, 404, 409, 413, 415)})

@@ -13,20 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.conf import settings
 from django.core.checks import Error, Warning
 from django.db import router
 
+from django_workflows.errors import WorkflowConfigError
+from django_workflows.executors import q2_conf
 from django_workflows.executors.base import BaseExecutor
+from django_workflows.executors.q2_conf import ORM_BROKER, q_cluster
 
 REPLAY_TASK = "django_workflows.executors.q2.run_replay"
 PROBE_TASK = "django_workflows.executors.q2.answer_probe"
 TASK_GROUP = "django_workflows"
-ORM_BROKER = "django_workflows.broker.ORMBroker"
-
-
-def q_cluster() -> dict:
-    return getattr(settings, "Q_CLUSTER", None) or {}
 
 
 def uses_orm_broker() -> bool:
@@ -36,6 +33,13 @@ def uses_orm_broker() -> bool:
 
 class DjangoQExecutor(BaseExecutor):
     """Enqueues each replay as a django-q2 task for ``manage.py workflows_worker`` (or ``qcluster``)."""
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        # Refused here, before an instance is written that no task could ever be enqueued for.
+        problem = q2_conf.missing_broker_package()
+        if problem:
+            raise WorkflowConfigError(problem)
 
     @property
     def enqueues_in_transaction(self) -> bool:  # type: ignore[override]
@@ -62,12 +66,21 @@ class DjangoQExecutor(BaseExecutor):
 
         conf = q_cluster()
         messages = []
-        if not conf or not (conf.get("orm") or conf.get("redis") or conf.get("django_redis")):
+        if not any(conf.get(broker) for broker in ("orm", "redis", "django_redis", "sqs", "iron_mq", "mongo")):
             messages.append(Warning(
                 "Q_CLUSTER names no broker, so django-q2 falls back to Redis on localhost.",
-                hint="Set Q_CLUSTER = {'name': 'workflows', 'orm': 'default', ...} for the ORM broker on "
-                     "your database, or 'redis': {...} for Redis.",
+                hint=f"Add 'orm': 'default' and 'broker_class': '{ORM_BROKER}' for the ORM broker on your "
+                     "database, or 'redis': {...} for Redis; or remove Q_CLUSTER, and the recommended "
+                     "settings with the ORM broker apply.",
                 id="django_workflows.W101",
+            ))
+        if q2_conf.read_too_early:
+            messages.append(Warning(
+                "django_q is listed before django_workflows in INSTALLED_APPS: django-q2 read its settings "
+                "before django_workflows gave it the default Q_CLUSTER, and warns about them on every "
+                "command (the default is in effect all the same).",
+                hint="List 'django_workflows' before 'django_q' in INSTALLED_APPS, or set Q_CLUSTER yourself.",
+                id="django_workflows.W110",
             ))
         timeout, retry = conf.get("timeout"), conf.get("retry", 60)
         if timeout is not None and retry is not None and timeout >= retry:
@@ -92,9 +105,11 @@ class DjangoQExecutor(BaseExecutor):
         lease = workflow_settings.LEASE_SECONDS
         if isinstance(lease, int) and retry and lease >= retry:
             messages.append(Warning(
-                f"LEASE_SECONDS ({lease}) is not below Q_CLUSTER retry ({retry}): when a worker dies, its "
-                "instances wait for the lease longer than django-q2 waits to deliver their task again.",
-                hint="A running replay renews its lease, so the lease can be short: 30 to 60 seconds.",
+                f"LEASE_SECONDS ({lease}) is not below Q_CLUSTER retry ({retry}): when a worker dies, "
+                "django-q2 delivers its task again while the dead worker's lease still holds, so the "
+                "delivery does nothing and the instance waits for the sweeper.",
+                hint=f"Raise Q_CLUSTER retry above both LEASE_SECONDS and timeout (the recommended "
+                     f"settings: timeout 900, retry 960), or lower LEASE_SECONDS below {retry}.",
                 id="django_workflows.W104",
             ))
         if "queue_limit" in conf and (conf["queue_limit"] is None or conf["queue_limit"] <= 0):
@@ -106,10 +121,11 @@ class DjangoQExecutor(BaseExecutor):
             ))
         if not conf.get("ack_failures", False):
             messages.append(Warning(
-                "Q_CLUSTER ack_failures is not True: any task that fails in the queue replays share is "
-                "delivered again every retry seconds, for ever unless max_attempts is set, crowding out replays.",
-                hint="Set 'ack_failures': True (replay tasks are acknowledged either way; the workflow tables "
-                     "keep every failure, and the sweeper re-enqueues what needs it).",
+                "Q_CLUSTER ack_failures is not True: a task that fails stays in the queue and is delivered "
+                "again every retry seconds, for ever unless max_attempts is set, taking workers away from "
+                "replays.",
+                hint="Set 'ack_failures': True. Replay tasks are acknowledged either way: the workflow tables "
+                     "keep every failure, and the sweeper enqueues again what needs it.",
                 id="django_workflows.W106",
             ))
         if conf.get("save_limit", 250) == 0:

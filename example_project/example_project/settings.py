@@ -20,10 +20,10 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django_workflows",  # before django_q, as the README says
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",
-    "django_workflows",
     "examples",
 ]
 
@@ -102,8 +102,6 @@ else:
     Q_CLUSTER["orm"] = "default"
     # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
     Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
-# drf-spectacular draws the API's OpenAPI schema (/workflows/schema/).
-REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
 
 DJANGO_WORKFLOWS = {
     "WEBHOOK_SECRETS": {"payment-race": os.environ.get("PAYMENT_WEBHOOK_SECRET", "demo-webhook-secret")},

@@ -304,6 +304,22 @@ def test_unauthenticated_is_401(client_for, workflows_env):
     assert bad.get("/workflows/").status_code == 401
 
 
+def test_a_token_sent_to_an_api_that_reads_no_tokens_is_told_so(workflows_env, settings):
+    token = Token.objects.create(user=User.objects.create_user("bob")).key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/workflows/").status_code == 403  # read, and bob lacks view_instance
+    # As in a project without rest_framework.authtoken in INSTALLED_APPS: session and basic only.
+    settings.DJANGO_WORKFLOWS = {"API_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication", "rest_framework.authentication.BasicAuthentication"]}
+    response = client.get("/workflows/")
+    assert response.status_code == 401 and error_code(response) == "not_authenticated"
+    assert response.json()["error"]["message"] == (
+        "This API does not accept 'Token' credentials. Add 'rest_framework.authtoken' to INSTALLED_APPS and "
+        "migrate, or set DJANGO_WORKFLOWS['API_AUTHENTICATION_CLASSES'].")
+    assert Event.objects.count() == 0
+
+
 # Webhooks.
 
 SECRET = "whsec-test"

@@ -10,6 +10,8 @@ from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status as http
+from rest_framework.authentication import BasicAuthentication
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
@@ -65,6 +67,19 @@ class WorkflowAPIView(APIView):
         paths = workflow_settings.API_AUTHENTICATION_CLASSES
         classes = _default_authenticators() if paths is None else [import_string(p) for p in paths]
         return [cls() for cls in classes]
+
+    def permission_denied(self, request, message=None, code=None):
+        # A client that sent credentials this API does not read would otherwise be told that it sent none.
+        scheme = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")[0]
+        if scheme and request.successful_authenticator is None:
+            accepted = {getattr(a, "keyword", "").lower() for a in request.authenticators}
+            accepted |= {"basic" for a in request.authenticators if isinstance(a, BasicAuthentication)}
+            if scheme.lower() not in accepted:
+                hint = (" Add 'rest_framework.authtoken' to INSTALLED_APPS and migrate, or set "
+                        "DJANGO_WORKFLOWS['API_AUTHENTICATION_CLASSES']." if scheme.lower() == "token" else
+                        " Set DJANGO_WORKFLOWS['API_AUTHENTICATION_CLASSES'] to a class that reads it.")
+                raise NotAuthenticated(f"This API does not accept {scheme!r} credentials.{hint}")
+        super().permission_denied(request, message=message, code=code)
 
     def get_permissions(self):
         return [import_string(path)() for path in workflow_settings.API_PERMISSION_CLASSES]

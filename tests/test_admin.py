@@ -46,6 +46,28 @@ def markup_everywhere():
     registry.unregister(MarkupEverywhere)
 
 
+class TwoSignOffs(WorkflowEntrypoint):
+    """Two people sign off in turn; the customer may cancel instead of the second."""
+
+    name = "two-sign-offs"
+    approvals = {"sign-off"}
+
+    def run(self, event, step):
+        first = step.wait_for_event("first", "sign-off", timeout="1 day")
+        second = step.wait_for_event("second", ["order-cancelled", "sign-off"], timeout="1 day")
+        return [first.payload, {"type": second.type, "payload": second.payload}]
+
+
+registry.unregister(TwoSignOffs)
+
+
+@pytest.fixture
+def two_sign_offs():
+    registry.register(TwoSignOffs)
+    yield
+    registry.unregister(TwoSignOffs)
+
+
 def change_url(instance):
     return reverse("admin:django_workflows_instance_change", args=[instance.pk])
 
@@ -392,10 +414,10 @@ def test_a_decision_for_an_instance_that_waits_for_no_event_sends_nothing(workfl
     assert not Event.objects.exists()
 
 
-def test_a_decision_is_not_sent_to_a_wait_the_page_did_not_show(workflows_env, admin_client):
-    instance = workflows.get("two-waits").create()
+def test_a_decision_is_not_sent_to_a_wait_the_page_did_not_show(workflows_env, admin_client, two_sign_offs):
+    instance = workflows.get("two-sign-offs").create()
     workflows_env.run_until_idle()
-    instance.send_event(type="tick", payload={"n": 1})
+    instance.send_event(type="sign-off", payload={"n": 1})
     workflows_env.run_until_idle()
     assert Instance.objects.get(pk=instance.pk).current_step == "second-1"
     # Someone looked at the page while it waited at "first"; it has moved on to "second" since.
@@ -406,7 +428,40 @@ def test_a_decision_is_not_sent_to_a_wait_the_page_did_not_show(workflows_env, a
     assert Event.objects.count() == 1 and status_of(instance) == "waiting"
     post(admin_client, decide_url(instance), decision("approved", step="second-1"))
     workflows_env.run_until_idle()
-    assert instance.status()["output"] == [{"n": 1}, {"outcome": "approved"}]
+    assert instance.status()["output"] == [{"n": 1}, {"type": "sign-off", "payload": {"outcome": "approved"}}]
+
+
+def test_a_decision_sends_the_declared_approval_among_the_types_a_wait_names(
+    workflows_env, admin_client, two_sign_offs
+):
+    instance = workflows.get("two-sign-offs").create()
+    workflows_env.run_until_idle()
+    instance.send_event(type="sign-off", payload={"n": 1})
+    workflows_env.run_until_idle()
+    # The second wait names order-cancelled first; only sign-off is the workflow's approval.
+    assert Instance.objects.get(pk=instance.pk).waiting_for == ["order-cancelled", "sign-off"]
+    response = post(admin_client, decide_url(instance), decision("rejected", step="second-1"))
+    assert messages_of(response) == [
+        ("success", f"Rejected: event 'sign-off' sent to two-sign-offs/{instance.id}.")
+    ]
+    workflows_env.run_until_idle()
+    assert instance.status()["output"][1] == {"type": "sign-off", "payload": {"outcome": "rejected"}}
+
+
+def test_a_wait_for_webhooks_gets_no_approve_or_reject(workflows_env, admin_client):
+    race = workflows.get("race").create(params={})
+    workflows_env.run_until_idle()
+    assert status_of(race) == "waiting"
+    page = admin_client.get(change_url(race)).content.decode()
+    assert 'value="approved"' not in page and "dw-awaiting" not in page
+    # The event it waits for can still be sent by hand, deliberately.
+    assert 'name="type" value="payment-success"' in page
+    # A decision posted anyway sends nothing: payment-success is the payment provider's to send.
+    response = post(admin_client, decide_url(race), decision("rejected", step="payment-1"))
+    [(level, text)] = messages_of(response)
+    assert level == "error"
+    assert "waits for 'payment-success' or 'payment-failure', which workflow 'race' does not declare" in text
+    assert not Event.objects.exists() and status_of(race) == "waiting"
 
 
 def test_send_an_event_with_a_json_payload(workflows_env, admin_client):
@@ -616,43 +671,62 @@ def test_a_post_without_the_csrf_token_is_refused(workflows_env, admin_user):
 # The approval queue.
 
 
-def test_the_approval_queue_lists_instances_waiting_for_an_event_oldest_first(workflows_env, admin_client):
+def queued_ids(html):
+    """The instances the approval queue lists, by primary key, from each row's link."""
+    return re.findall(r'<a href="/admin/django_workflows/instance/(\d+)/change/" class="dw-row-link">', html)
+
+
+def test_the_approval_queue_lists_only_waits_for_a_persons_decision_oldest_first(
+    workflows_env, admin_client, two_sign_offs
+):
     older = waiting_approval(workflows_env, who="older")
     workflows_env.advance("1 hour")
-    race = workflows.get("race").create(params={})
+    race = workflows.get("race").create(params={})  # waits for webhooks: payment-success or -failure
     workflows_env.run_until_idle()
     workflows_env.advance("1 hour")
     newer = waiting_approval(workflows_env, who="newer")
+    ticking = workflows.get("two-waits").create()  # waits for "tick", which no one approves
     sleeping = workflows.get("sleeper").create(params={})  # waiting, but for a timer, not an event
     workflows.get("three-steps").create()
+    signing = workflows.get("two-sign-offs").create()
     workflows_env.run_until_idle()
+    signing.send_event(type="sign-off", payload={})
+    workflows_env.run_until_idle()  # now waits for order-cancelled or sign-off: a person may sign off
+    assert {status_of(i) for i in (race, ticking, sleeping, signing)} == {"waiting"}
 
     html = admin_client.get(APPROVALS_URL).content.decode()
-    shown = re.findall(r'<a href="/admin/django_workflows/instance/(\d+)/change/"><code>', html)
-    assert shown == [str(older.pk), str(race.pk), str(newer.pk)]
-    assert str(sleeping.pk) not in shown
-    assert "<code>payment-success</code> or <code>payment-failure</code>" in html
+    assert queued_ids(html) == [str(older.pk), str(newer.pk), str(signing.pk)]
+    assert "<code>payment-success</code>" not in html and "<code>tick</code>" not in html
+    assert "<code>order-cancelled</code> or <code>sign-off</code>" in html
+    assert "a decision sends <code>sign-off</code>" in html
     assert html.count('value="approved"') == 3
-    only = admin_client.get(APPROVALS_URL, {"workflow": "race"}).content.decode()
-    assert re.findall(r'<a href="/admin/django_workflows/instance/(\d+)/change/"><code>', only) == [
-        str(race.pk)
-    ]
+    only = admin_client.get(APPROVALS_URL, {"workflow": "approval"}).content.decode()
+    assert queued_ids(only) == [str(older.pk), str(newer.pk)]
+    # The counts beside the links to the queue agree with it.
+    assert "Waiting for approval (3)" in admin_client.get(LIST_URL).content.decode()
 
 
-def test_approve_from_the_queue_sends_the_first_awaited_type_and_comes_back(workflows_env, admin_client):
-    race = workflows.get("race").create(params={})
-    workflows_env.run_until_idle()
+def test_each_row_of_the_queue_leads_to_its_instance(workflows_env, admin_client):
+    instance = waiting_approval(workflows_env)
+    html = admin_client.get(APPROVALS_URL).content.decode()
+    rows = re.findall(r"<tr>(.*?)</tr>", html[html.index("<tbody>") :], re.S)
+    [row] = rows
+    # One link, the instance's id, to the instance's page; the workflow is named beside it, not linked.
+    assert re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', row) == [(change_url(instance), instance.id)]
+    assert '<div class="dw-quiet">approval</div>' in row
+    assert workflow_url("approval") not in html
+
+
+def test_approve_from_the_queue_comes_back_to_the_queue(workflows_env, admin_client):
+    instance = waiting_approval(workflows_env)
     page = admin_client.get(APPROVALS_URL).content.decode()
     assert f'name="next" value="{APPROVALS_URL}"' in page
     response = admin_client.post(
-        decide_url(race), decision("approved", step="payment-1", comment="ok", next=APPROVALS_URL)
+        decide_url(instance), decision("approved", comment="ok", next=APPROVALS_URL)
     )
     assert response.url == APPROVALS_URL
     workflows_env.run_until_idle()
-    assert race.status()["output"] == {
-        "type": "payment-success",
-        "payload": {"outcome": "approved", "comment": "ok"},
-    }
+    assert instance.status()["output"]["status"] == "approved"
     assert "Nothing is waiting for a decision." in admin_client.get(APPROVALS_URL).content.decode()
 
 

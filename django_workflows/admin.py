@@ -646,7 +646,7 @@ class InstanceAdmin(admin.ModelAdmin):
         return TemplateResponse(
             request,
             "django_workflows/admin/workflows.html",
-            self._page_context(request, "Workflows", rows=rows),
+            self._page_context(request, "All workflows", rows=rows),
         )
 
     @staticmethod
@@ -670,12 +670,17 @@ class InstanceAdmin(admin.ModelAdmin):
         except WorkflowNotFound as exc:
             raise Http404(str(exc)) from None
         diagram = diagram_for(name)
-        source = ""
+        source, defined_in = "", ""
         try:
             owner = next(klass for klass in inspect.getmro(registry.get(name)) if "run" in vars(klass))
-            source = textwrap.dedent(inspect.getsource(vars(owner)["run"]))
+            lines, first_line = inspect.getsourcelines(vars(owner)["run"])
         except (OSError, TypeError, StopIteration):
             pass
+        else:
+            source = textwrap.dedent("".join(lines))
+            # Where a developer finds run(), by its dotted name: the server's path to the file is
+            # none of the page's business.
+            defined_in = f"{owner.__module__}.{owner.__qualname__}.run, line {first_line}"
         scope = urlencode({"workflow": name})
         context = self._page_context(
             request,
@@ -684,6 +689,7 @@ class InstanceAdmin(admin.ModelAdmin):
             diagram=diagram,
             diagram_svg=None if diagram.error else render_diagram(diagram),
             source=source,
+            defined_in=defined_in,
             counts=self._count_badges(name, description["instances"]),
             list_url=f"{reverse('admin:django_workflows_instance_changelist')}?{scope}",
             approvals_url=f"{reverse('admin:django_workflows_instance_approvals')}?{scope}",

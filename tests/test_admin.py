@@ -1,9 +1,11 @@
 """The admin: the instance list, the instance page, approve and reject, events, steering, the approval
 queue and the workflow pages, with their permissions, CSRF protection and escaping."""
 
+import inspect
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -16,6 +18,7 @@ from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.definition import registry
 from django_workflows.drawing.timeline import CompressedScale, human_duration
 from django_workflows.models import Event, Instance
+from tests.testapp.workflows import Approval
 
 LIST_URL = reverse("admin:django_workflows_instance_changelist")
 APPROVALS_URL = reverse("admin:django_workflows_instance_approvals")
@@ -751,9 +754,27 @@ def test_the_workflow_page_draws_the_diagram_and_shows_the_source(workflows_env,
         assert f">{name}</text>" in html, name
     assert "except WorkflowTimeoutError" in html
     assert "def run(self, event, step):" in html  # the source beside it
+    # Where run() is defined, by its dotted name, never by the server's path to the file.
+    line = inspect.getsourcelines(Approval.run)[1]
+    assert f"tests.testapp.workflows.Approval.run, line {line}" in html
+    assert str(Path(__file__).resolve().parent.parent) not in html and "workflows.py" not in html
     assert "dw-state-" not in html  # no instance, no progress
     assert f"{LIST_URL}?workflow=approval&amp;status__exact=waiting" in html
     assert admin_client.get(workflow_url("no-such-workflow")).status_code == 404
+
+
+def breadcrumbs(html):
+    trail = re.search(r'<div class="breadcrumbs">(.*?)</div>', html, re.S).group(1)
+    return [" ".join(re.sub(r"<[^>]+>", "", crumb).split()) for crumb in trail.split("&rsaquo;")]
+
+
+def test_the_workflow_pages_hang_from_the_app_without_repeating_a_level(workflows_env, admin_client):
+    workflows_page = reverse("admin:django_workflows_instance_workflows")
+    html = admin_client.get(workflow_url("approval")).content.decode()
+    assert breadcrumbs(html) == ["Home", "Workflows", "All workflows", "approval"]
+    assert f'<a href="{workflows_page}">All workflows</a>' in html
+    listing = admin_client.get(workflows_page).content.decode()
+    assert breadcrumbs(listing) == ["Home", "Workflows", "All workflows"]
 
 
 def test_the_workflows_page_lists_every_workflow(workflows_env, admin_client):

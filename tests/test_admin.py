@@ -6,6 +6,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -16,7 +17,7 @@ from django.urls import reverse
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.definition import registry
-from django_workflows.drawing.timeline import CompressedScale, human_duration
+from django_workflows.drawing.timeline import human_duration, render_timeline, tick_label
 from django_workflows.models import Event, Instance
 from tests.testapp.workflows import Approval
 
@@ -787,16 +788,131 @@ def test_the_workflows_page_lists_every_workflow(workflows_env, admin_client):
 # The drawing helpers.
 
 
-def test_the_compressed_axis_keeps_milliseconds_and_days_visible_and_in_order():
-    t0 = datetime(2025, 1, 1, tzinfo=UTC)
-    moments = [t0, t0 + timedelta(milliseconds=2), t0 + timedelta(seconds=10), t0 + timedelta(days=3)]
-    scale = CompressedScale(moments, 100, 800)
-    xs = [scale.x(moment) for moment in moments]
-    assert xs[0] == 100 and xs[-1] == 900 and xs == sorted(xs)
-    assert xs[1] - xs[0] > 30  # 2 ms: on a linear axis of 3 days, a thousandth of a pixel
-    assert xs[3] - xs[2] > xs[2] - xs[1] > xs[1] - xs[0]  # longer gaps still look longer
-    assert scale.x(t0 + timedelta(seconds=5)) == pytest.approx((xs[1] + xs[2]) / 2, rel=0.01)
-    assert CompressedScale([t0], 100, 800).x(t0) == 100
+T0 = datetime(2025, 1, 1, 12, tzinfo=UTC)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def at(seconds):
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def do_step(key, start, end):
+    """A step.do that succeeded at its first attempt, as describe_step has it."""
+    attempt = {"attempt": 1, "start": at(start), "end": at(end), "success": True}
+    return {
+        "key": key,
+        "type": "do",
+        "status": "succeeded",
+        "start": at(start),
+        "end": at(end),
+        "attempts": [attempt],
+    }
+
+
+def wait_step(key, start, *, end=None, deadline, sender="admin:reviewer", event_type="manager-approval"):
+    """A wait for ``event_type``: ended by it at ``end``, or still waiting when ``end`` is None."""
+    step = {
+        "key": key,
+        "type": "waitForEvent",
+        "status": "succeeded" if end is not None else "waiting",
+        "start": at(start),
+        "end": at(end) if end is not None else None,
+        "deadline": at(deadline),
+        "config": {"type": [event_type]},
+    }
+    if end is None:
+        return step, []
+    step["output"] = {"type": event_type, "payload": {}, "timestamp": at(end)}
+    event = {"type": event_type, "received": at(end), "sender": sender, "consumed_by": key}
+    return step, [event]
+
+
+def shapes(svg, tag, css_class):
+    """The elements of a tag whose class list holds ``css_class``: each as a dict of its numbers,
+    with its class and its text."""
+    found = []
+    for element in ElementTree.fromstring(svg).iter(f"{SVG}{tag}"):
+        classes = element.get("class", "").split()
+        if css_class in classes:
+            numbers = {key: float(element.get(key)) for key in ("x", "y", "width", "height") if element.get(key)}
+            title = element.find(f"{SVG}title")  # a tooltip comes before the text
+            text = element.text if title is None else title.tail
+            found.append({**numbers, "class": classes, "text": text, "anchor": element.get("text-anchor")})
+    return found
+
+
+def text_box(text, char_width=6.0):
+    """Where a text of the timeline lies, measured as the drawing measures it."""
+    width = len(text["text"]) * char_width
+    left = text["x"] - width if text["anchor"] == "end" else text["x"]
+    return {"x": left, "y": text["y"] - 9, "width": width, "height": 12}
+
+
+def overlap(a, b):
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+def test_the_time_axis_is_to_scale_so_a_60_ms_hand_off_looks_short_beside_3_s_steps():
+    svg = render_timeline([do_step("fetch-1", 0, 3), do_step("store-1", 3.06, 6.06)], [], origin=T0)
+    fetch, store = shapes(svg, "rect", "dw-attempt-ok")
+    hand_off = store["x"] - (fetch["x"] + fetch["width"])
+    assert fetch["width"] == pytest.approx(store["width"], abs=0.2)
+    assert hand_off / fetch["width"] == pytest.approx(0.06 / 3, abs=0.002)
+    # Ticks fall on round offsets since queued, as far apart as the time between them.
+    ticks = [(tick["x"], tick["text"]) for tick in shapes(svg, "text", "dw-tick-text")]
+    assert [label for _, label in ticks] == ["+0", "+1 s", "+2 s", "+3 s", "+4 s", "+5 s", "+6 s"]
+    assert ticks[0][0] == fetch["x"] and ticks[3][0] == pytest.approx(fetch["x"] + fetch["width"], abs=0.2)
+
+
+def test_what_lies_far_ahead_is_shortened_behind_a_break_that_gives_its_length():
+    wait, _ = wait_step("approval-1", 0.006, deadline=0.006 + 72 * 3600)
+    now = T0 + timedelta(minutes=5)
+    svg = render_timeline([do_step("ask-1", 0, 0.005), wait], [], origin=T0, now=now)
+    [waited, ahead] = shapes(svg, "rect", "dw-bar-wait")
+    # The five minutes that passed keep three quarters of the axis, to scale; the 72 hours still
+    # ahead of the wait get the last quarter, behind a break labelled with their real length.
+    assert "dw-bar-ahead" in ahead["class"]
+    assert waited["x"] + waited["width"] == pytest.approx(270 + 0.75 * 790, abs=0.2)
+    assert ahead["x"] + ahead["width"] == pytest.approx(270 + 790, abs=0.2)
+    [gap] = shapes(svg, "rect", "dw-break")
+    assert waited["x"] + waited["width"] < gap["x"] < ahead["x"] + ahead["width"]
+    assert [text["text"] for text in shapes(svg, "text", "dw-break-text")] == ["2 d 23 h more, not to scale"]
+    assert [tick["text"] for tick in shapes(svg, "text", "dw-tick-text")][-1] == "+3 d"
+    # A retry due soon is drawn to scale, without a break.
+    retrying = {**do_step("charge-1", 0, 1), "status": "retrying", "next_attempt": at(11)}
+    assert "dw-break" not in render_timeline([retrying], [], origin=T0, now=T0 + timedelta(seconds=60))
+
+
+def test_the_label_of_the_event_that_ended_a_wait_is_never_drawn_over_a_bar():
+    # The wait runs to the right end of the axis: no room beside its event, so the label goes below.
+    wait, events = wait_step("approval-1", 0.003, end=2.5, deadline=72 * 3600)
+    svg = render_timeline([do_step("ask-1", 0, 0.002), wait], events, origin=T0)
+    # The wait's own label, whole; the lane of events received below has a shortened one.
+    [label] = [text for text in shapes(svg, "text", "dw-event-text") if "…" not in text["text"]]
+    assert label["text"] == "manager-approval · admin:reviewer"
+    box = text_box(label)
+    bars = shapes(svg, "rect", "dw-bar")
+    assert len(bars) == 2 and not any(overlap(box, bar) for bar in bars)
+    assert 270 <= box["x"] and box["x"] + box["width"] <= 270 + 790 + 40
+    # Where there is room, it stands beside the event, on the bar's line.
+    wait, events = wait_step("approval-1", 0, end=1, deadline=3600)
+    svg = render_timeline([wait, do_step("charge-1", 1, 10)], events, origin=T0)
+    [label] = [text for text in shapes(svg, "text", "dw-event-text") if "…" not in text["text"]]
+    [bar, _] = shapes(svg, "rect", "dw-bar")
+    assert label["x"] > bar["x"] + bar["width"] and bar["y"] < label["y"] < bar["y"] + bar["height"] + 4
+    assert not any(overlap(text_box(label), bar) for bar in shapes(svg, "rect", "dw-bar"))
+
+
+def test_tick_labels_are_as_precise_as_the_ticks_are_apart():
+    assert [tick_label(offset, step) for offset, step in [(0, 1), (0.25, 0.05), (1.5, 0.5), (150, 30),
+                                                          (5400, 900), (3 * 86400 + 7200, 7200)]] == [
+        "+0", "+250 ms", "+1.5 s", "+2 min 30 s", "+1 h 30 min", "+3 d 2 h"
+    ]
 
 
 def test_durations_read_like_people_write_them():

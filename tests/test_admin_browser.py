@@ -3,8 +3,9 @@
 Runs Chromium headless through Playwright against the live server, with the inline executor so each
 replay runs in the server's thread when its change commits. Then the instance page and the workflow's
 page again in an 800 px wide window, where each must fit: its drawings and tables scroll inside their
-cards, the page itself never sideways. Screenshots of the list, the instance page with its timeline and
-the workflow's diagram, at both widths, are saved under var/screenshots/.
+cards, the page itself never sideways; so must the approval queue, whose row leads to the instance.
+Screenshots of the list, the instance page with its timeline and the workflow's diagram, at both widths,
+and of the queue are saved under var/screenshots/.
 """
 
 from pathlib import Path
@@ -88,6 +89,7 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
     User.objects.create_superuser("reviewer", "reviewer@example.com", "a-long-test-password")
     instance = workflows.get("approval").create(id="order-42", params={"amount": 120, "currency": "EUR"})
     assert instance.status()["status"] == "waiting"  # the inline executor ran it up to its wait
+    queued = workflows.get("approval").create(id="order-43", params={"amount": 75, "currency": "EUR"})
     # A few neighbours, so the list shows several statuses.
     workflows.get("three-steps").create(id="order-41", params={"amount": 80})
     workflows.get("sleeper").create(id="nightly-report", params={"duration": "8 hours"})
@@ -144,6 +146,12 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
             page.goto(workflow_page)
             assert_fits_a_narrow_window(page, ".dw-diagram-scroll", ".dw-source")
             page.screenshot(path=str(SCREENSHOTS / "workflow-diagram-800.png"), full_page=True)
+            page.goto(f"{live_server.url}/admin/django_workflows/instance/approvals/")
+            assert_fits_a_narrow_window(page, ".dw-table-scroll")
+            page.screenshot(path=str(SCREENSHOTS / "approvals-800.png"), full_page=True)
+            page.get_by_role("link", name="order-43").click()  # the row's link: the instance's page
+            expect(page.locator(".dw-awaiting")).to_contain_text("Waiting for manager-approval")
+            assert page.url.endswith(f"/instance/{queued.pk}/change/")
         finally:
             browser.close()
 
@@ -159,5 +167,6 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
         "workflow-diagram.png",
         "instance-timeline-800.png",
         "workflow-diagram-800.png",
+        "approvals-800.png",
     ):
         assert (SCREENSHOTS / name).stat().st_size > 10_000, name

@@ -101,13 +101,34 @@ def handle_for(instance: Instance) -> InstanceHandle:
     return InstanceHandle.from_row(instance.workflow_name, instance.instance_id, instance.pk)
 
 
+def approvals_of(workflow_name: str) -> frozenset[str]:
+    """The event types a person sends for a workflow by approving or rejecting: its ``approvals``.
+    None for a workflow no longer defined: nothing says which of its waits are for a person."""
+    try:
+        declared = registry.get(workflow_name).approvals
+    except WorkflowNotFound:
+        return frozenset()
+    # approvals = "manager-approval" names one type, not its letters.
+    return frozenset([declared] if isinstance(declared, str) else declared)
+
+
+def approval_awaited(instance: Instance) -> str | None:
+    """The event type a decision sends to ``instance``: the first type its wait names that its
+    workflow declares in ``approvals``. None when it waits for no such event (a webhook, a timer)."""
+    if instance.status != InstanceStatus.WAITING or not instance.waiting_for:
+        return None
+    declared = approvals_of(instance.workflow_name)
+    return next((event_type for event_type in instance.waiting_for if event_type in declared), None)
+
+
 def awaiting_approval():
-    """Instances waiting for an event, oldest wait first, with when the wait began."""
+    """Instances whose wait is for a person: for an event type their workflow declares in
+    ``approvals``. Oldest wait first, with when the wait began."""
     wait_began = Step.objects.filter(instance_id=OuterRef("pk"), key=OuterRef("current_step")).values(
         "started_at"
     )[:1]
     return (
-        Instance.objects.filter(status=InstanceStatus.WAITING, waiting_for__isnull=False)
+        Instance.objects.waiting_for_any({name: approvals_of(name) for name in registry.names()})
         .annotate(waiting_since=Subquery(wait_began))
         .order_by(F("waiting_since").asc(nulls_last=True), "created_at", "id")
     )
@@ -401,11 +422,7 @@ class InstanceAdmin(admin.ModelAdmin):
             for action, spec in STEERING.items()
             if can_steer and instance.status in spec["offered"]
         ]
-        awaiting = (
-            instance.waiting_for[0]
-            if instance.status == InstanceStatus.WAITING and instance.waiting_for
-            else None
-        )
+        awaiting = approval_awaited(instance)
         waiting_since = (
             Step.objects.filter(instance_id=instance.pk, key=instance.current_step)
             .values_list("started_at", flat=True)
@@ -438,7 +455,9 @@ class InstanceAdmin(admin.ModelAdmin):
             "awaiting": awaiting,
             "waiting_since": waiting_since,
             "can_send_events": self.can_send_events(request),
-            "send_event_form": SendEventForm(initial={"type": awaiting or ""}),
+            "send_event_form": SendEventForm(
+                initial={"type": instance.waiting_for[0] if active and instance.waiting_for else ""}
+            ),
             "decide_url": reverse("admin:django_workflows_instance_decide", args=[instance.pk]),
             "send_event_url": reverse("admin:django_workflows_instance_send_event", args=[instance.pk]),
             "workflow_url": reverse(
@@ -534,8 +553,15 @@ class InstanceAdmin(admin.ModelAdmin):
                 "look at it again before deciding.",
                 messages.ERROR,
             )
+        elif (event_type := approval_awaited(instance)) is None:
+            self.message_user(
+                request,
+                f"Nothing was sent: {instance} waits for {' or '.join(map(repr, instance.waiting_for))}, "
+                f"which workflow {instance.workflow_name!r} does not declare as an approval "
+                "(its approvals attribute); send the event with Send an event if you mean to.",
+                messages.ERROR,
+            )
         else:
-            event_type = instance.waiting_for[0]
             payload = {"outcome": form.cleaned_data["outcome"]}
             if form.cleaned_data["comment"].strip():
                 payload["comment"] = form.cleaned_data["comment"].strip()
@@ -581,13 +607,10 @@ class InstanceAdmin(admin.ModelAdmin):
         rows = [
             {
                 "instance": instance,
-                "awaiting": instance.waiting_for[0],
+                "awaiting": approval_awaited(instance),
                 "waiting_for": instance.waiting_for,
                 "url": reverse("admin:django_workflows_instance_change", args=[instance.pk]),
                 "decide_url": reverse("admin:django_workflows_instance_decide", args=[instance.pk]),
-                "workflow_url": reverse(
-                    "admin:django_workflows_instance_workflow", args=[instance.workflow_name]
-                ),
                 "params": readable_json(instance.params),
             }
             for instance in page.object_list
@@ -623,7 +646,7 @@ class InstanceAdmin(admin.ModelAdmin):
         return TemplateResponse(
             request,
             "django_workflows/admin/workflows.html",
-            self._page_context(request, "Workflows", rows=rows),
+            self._page_context(request, "All workflows", rows=rows),
         )
 
     @staticmethod
@@ -647,12 +670,17 @@ class InstanceAdmin(admin.ModelAdmin):
         except WorkflowNotFound as exc:
             raise Http404(str(exc)) from None
         diagram = diagram_for(name)
-        source = ""
+        source, defined_in = "", ""
         try:
             owner = next(klass for klass in inspect.getmro(registry.get(name)) if "run" in vars(klass))
-            source = textwrap.dedent(inspect.getsource(vars(owner)["run"]))
+            lines, first_line = inspect.getsourcelines(vars(owner)["run"])
         except (OSError, TypeError, StopIteration):
             pass
+        else:
+            source = textwrap.dedent("".join(lines))
+            # Where a developer finds run(), by its dotted name: the server's path to the file is
+            # none of the page's business.
+            defined_in = f"{owner.__module__}.{owner.__qualname__}.run, line {first_line}"
         scope = urlencode({"workflow": name})
         context = self._page_context(
             request,
@@ -661,6 +689,7 @@ class InstanceAdmin(admin.ModelAdmin):
             diagram=diagram,
             diagram_svg=None if diagram.error else render_diagram(diagram),
             source=source,
+            defined_in=defined_in,
             counts=self._count_badges(name, description["instances"]),
             list_url=f"{reverse('admin:django_workflows_instance_changelist')}?{scope}",
             approvals_url=f"{reverse('admin:django_workflows_instance_approvals')}?{scope}",

@@ -8,6 +8,7 @@ is all it takes.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
@@ -37,11 +38,15 @@ class WorkflowEntrypoint:
 
     ``name`` defaults to the class name in kebab-case. ``step_limit`` raises or
     lowers the number of steps one instance may take (sleeps do not count).
+    ``approvals`` names the event types a person sends by approving or rejecting
+    in the admin (``approvals = {"manager-approval"}``); its *Waiting for
+    approval* page lists only waits for them, not webhooks or other events.
     Set ``abstract = True`` on a base class that is not a workflow itself.
     """
 
     name: ClassVar[str]
     step_limit: ClassVar[int | None] = None
+    approvals: ClassVar[Collection[str]] = frozenset()
     abstract: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):

@@ -30,6 +30,9 @@ _PARAMETERS = {
     "wait_for_event": ("name", "type", "timeout"),
 }
 MAX_SOURCE = 60
+# Conditions (if, elif, case, except, loop headers) decide which way run() goes, so they are kept
+# whole for the drawing to wrap over lines; this only bounds a pathological one.
+MAX_CONDITION = 400
 
 
 @dataclass
@@ -148,6 +151,10 @@ def _shorten(text: str, limit: int = MAX_SOURCE) -> str:
 
 def _source(node) -> str:
     return _shorten(ast.unparse(node))
+
+
+def _condition(node) -> str:
+    return _shorten(ast.unparse(node), MAX_CONDITION)
 
 
 def _literal(node):
@@ -276,7 +283,7 @@ class _Parser:
             return [
                 *test,
                 Branch(
-                    arms=[Arm(f"if {_source(node.test)}", body), Arm("else", orelse)],
+                    arms=[Arm(f"if {_condition(node.test)}", body), Arm("else", orelse)],
                     has_else=True,
                     lineno=self.line(node),
                 ),
@@ -358,7 +365,10 @@ class _Parser:
         header = " ".join(
             f"for {ast.unparse(gen.target)} in {ast.unparse(gen.iter)}" for gen in node.generators
         )
-        return [*first, Loop(kind="for", header=_shorten(header), body=body, lineno=self.line(node))]
+        return [
+            *first,
+            Loop(kind="for", header=_shorten(header, MAX_CONDITION), body=body, lineno=self.line(node)),
+        ]
 
     # Statements.
 
@@ -415,13 +425,13 @@ class _Parser:
 
     def if_statement(self, node: ast.If) -> list:
         test_steps = self.expression(node.test)
-        arms = [Arm(f"if {_source(node.test)}", self.block(node.body))]
+        arms = [Arm(f"if {_condition(node.test)}", self.block(node.body))]
         orelse = node.orelse
         has_else = False
         # elif chains are one branch with several arms, as they read.
         while orelse:
             if len(orelse) == 1 and isinstance(orelse[0], ast.If) and not self.expression(orelse[0].test):
-                arms.append(Arm(f"elif {_source(orelse[0].test)}", self.block(orelse[0].body)))
+                arms.append(Arm(f"elif {_condition(orelse[0].test)}", self.block(orelse[0].body)))
                 orelse = orelse[0].orelse
             else:
                 arms.append(Arm("else", self.block(orelse)))
@@ -435,8 +445,7 @@ class _Parser:
         subject = self.expression(node.subject)
         arms = [
             Arm(
-                f"case {_shorten(ast.unparse(case.pattern))}"
-                + (f" if {_source(case.guard)}" if case.guard else ""),
+                f"case {_condition(case.pattern)}" + (f" if {_condition(case.guard)}" if case.guard else ""),
                 self.block(case.body),
             )
             for case in node.cases
@@ -453,7 +462,9 @@ class _Parser:
         body = self.block(node.body)
         nodes = list(before)
         if _matters(body):
-            nodes.append(Loop(kind=kind, header=_shorten(header), body=body, lineno=self.line(node)))
+            nodes.append(
+                Loop(kind=kind, header=_shorten(header, MAX_CONDITION), body=body, lineno=self.line(node))
+            )
         if node.orelse:
             nodes.extend(self.block(node.orelse))
         return nodes
@@ -462,7 +473,7 @@ class _Parser:
         body = self.block(node.body)
         handlers = []
         for handler in node.handlers:
-            label = "except" if handler.type is None else f"except {_source(handler.type)}"
+            label = "except" if handler.type is None else f"except {_condition(handler.type)}"
             handlers.append(Arm(label, self.block(handler.body)))
         orelse, finalbody = self.block(node.orelse), self.block(node.finalbody)
         if not (

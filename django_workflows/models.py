@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django.db import models
-from django.db.models import Q
+from django.core.exceptions import EmptyResultSet
+from django.db import NotSupportedError, models
+from django.db.models import Lookup, Q
 
 
 class InstanceStatus(models.TextChoices):
@@ -46,6 +47,15 @@ class InstanceQuerySet(models.QuerySet):
     def stale_queued(self, before):
         """Queued instances untouched since ``before``: their replay task may have been lost."""
         return self.filter(status=InstanceStatus.QUEUED, updated_at__lt=before)
+
+    def waiting_for_any(self, types_by_workflow):
+        """Instances waiting for an event of a type listed for their workflow in ``types_by_workflow``
+        (``{workflow name: event types}``). A wait may name several types; one listed is enough."""
+        listed = Q(pk__in=[])
+        for workflow_name, types in types_by_workflow.items():
+            if types:
+                listed |= Q(workflow_name=workflow_name, waiting_for__holds_any_of=sorted(types))
+        return self.filter(listed, status=InstanceStatus.WAITING)
 
 
 class Instance(models.Model):
@@ -108,6 +118,35 @@ class Instance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"
+
+
+@Instance._meta.get_field("waiting_for").register_lookup
+class HoldsAnyOf(Lookup):
+    """``waiting_for__holds_any_of=[...]``: the stored list holds one of these strings, or more.
+
+    Django's ``contains`` on a JSONField does not run on SQLite, and its ``has_any_keys`` reads object
+    keys there, not list items, so each database gets its own SQL.
+    """
+
+    lookup_name = "holds_any_of"
+    prepare_rhs = False  # the strings are compared with the list's items, not stored as JSON
+
+    def as_sql(self, compiler, connection):
+        raise NotSupportedError(
+            f"holds_any_of is written for SQLite and PostgreSQL, not {connection.vendor}."
+        )
+
+    def as_sqlite(self, compiler, connection):
+        if not self.rhs:
+            raise EmptyResultSet  # no type to hold: matches nothing, as on PostgreSQL
+        column, params = compiler.compile(self.lhs)
+        marks = ", ".join(["%s"] * len(self.rhs))
+        sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
+        return sql, (*params, *self.rhs)
+
+    def as_postgresql(self, compiler, connection):
+        column, params = compiler.compile(self.lhs)
+        return f"{column} ?| %s", (*params, list(self.rhs))
 
 
 class StepKind(models.TextChoices):

@@ -1,9 +1,12 @@
 """The admin: the instance list, the instance page, approve and reject, events, steering, the approval
 queue and the workflow pages, with their permissions, CSRF protection and escaping."""
 
+import inspect
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -14,8 +17,9 @@ from django.urls import reverse
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.definition import registry
-from django_workflows.drawing.timeline import CompressedScale, human_duration
+from django_workflows.drawing.timeline import human_duration, render_timeline, tick_label
 from django_workflows.models import Event, Instance
+from tests.testapp.workflows import Approval
 
 LIST_URL = reverse("admin:django_workflows_instance_changelist")
 APPROVALS_URL = reverse("admin:django_workflows_instance_approvals")
@@ -44,6 +48,28 @@ def markup_everywhere():
     registry.register(MarkupEverywhere)
     yield
     registry.unregister(MarkupEverywhere)
+
+
+class TwoSignOffs(WorkflowEntrypoint):
+    """Two people sign off in turn; the customer may cancel instead of the second."""
+
+    name = "two-sign-offs"
+    approvals = {"sign-off"}
+
+    def run(self, event, step):
+        first = step.wait_for_event("first", "sign-off", timeout="1 day")
+        second = step.wait_for_event("second", ["order-cancelled", "sign-off"], timeout="1 day")
+        return [first.payload, {"type": second.type, "payload": second.payload}]
+
+
+registry.unregister(TwoSignOffs)
+
+
+@pytest.fixture
+def two_sign_offs():
+    registry.register(TwoSignOffs)
+    yield
+    registry.unregister(TwoSignOffs)
 
 
 def change_url(instance):
@@ -392,10 +418,10 @@ def test_a_decision_for_an_instance_that_waits_for_no_event_sends_nothing(workfl
     assert not Event.objects.exists()
 
 
-def test_a_decision_is_not_sent_to_a_wait_the_page_did_not_show(workflows_env, admin_client):
-    instance = workflows.get("two-waits").create()
+def test_a_decision_is_not_sent_to_a_wait_the_page_did_not_show(workflows_env, admin_client, two_sign_offs):
+    instance = workflows.get("two-sign-offs").create()
     workflows_env.run_until_idle()
-    instance.send_event(type="tick", payload={"n": 1})
+    instance.send_event(type="sign-off", payload={"n": 1})
     workflows_env.run_until_idle()
     assert Instance.objects.get(pk=instance.pk).current_step == "second-1"
     # Someone looked at the page while it waited at "first"; it has moved on to "second" since.
@@ -406,7 +432,40 @@ def test_a_decision_is_not_sent_to_a_wait_the_page_did_not_show(workflows_env, a
     assert Event.objects.count() == 1 and status_of(instance) == "waiting"
     post(admin_client, decide_url(instance), decision("approved", step="second-1"))
     workflows_env.run_until_idle()
-    assert instance.status()["output"] == [{"n": 1}, {"outcome": "approved"}]
+    assert instance.status()["output"] == [{"n": 1}, {"type": "sign-off", "payload": {"outcome": "approved"}}]
+
+
+def test_a_decision_sends_the_declared_approval_among_the_types_a_wait_names(
+    workflows_env, admin_client, two_sign_offs
+):
+    instance = workflows.get("two-sign-offs").create()
+    workflows_env.run_until_idle()
+    instance.send_event(type="sign-off", payload={"n": 1})
+    workflows_env.run_until_idle()
+    # The second wait names order-cancelled first; only sign-off is the workflow's approval.
+    assert Instance.objects.get(pk=instance.pk).waiting_for == ["order-cancelled", "sign-off"]
+    response = post(admin_client, decide_url(instance), decision("rejected", step="second-1"))
+    assert messages_of(response) == [
+        ("success", f"Rejected: event 'sign-off' sent to two-sign-offs/{instance.id}.")
+    ]
+    workflows_env.run_until_idle()
+    assert instance.status()["output"][1] == {"type": "sign-off", "payload": {"outcome": "rejected"}}
+
+
+def test_a_wait_for_webhooks_gets_no_approve_or_reject(workflows_env, admin_client):
+    race = workflows.get("race").create(params={})
+    workflows_env.run_until_idle()
+    assert status_of(race) == "waiting"
+    page = admin_client.get(change_url(race)).content.decode()
+    assert 'value="approved"' not in page and "dw-awaiting" not in page
+    # The event it waits for can still be sent by hand, deliberately.
+    assert 'name="type" value="payment-success"' in page
+    # A decision posted anyway sends nothing: payment-success is the payment provider's to send.
+    response = post(admin_client, decide_url(race), decision("rejected", step="payment-1"))
+    [(level, text)] = messages_of(response)
+    assert level == "error"
+    assert "waits for 'payment-success' or 'payment-failure', which workflow 'race' does not declare" in text
+    assert not Event.objects.exists() and status_of(race) == "waiting"
 
 
 def test_send_an_event_with_a_json_payload(workflows_env, admin_client):
@@ -616,43 +675,62 @@ def test_a_post_without_the_csrf_token_is_refused(workflows_env, admin_user):
 # The approval queue.
 
 
-def test_the_approval_queue_lists_instances_waiting_for_an_event_oldest_first(workflows_env, admin_client):
+def queued_ids(html):
+    """The instances the approval queue lists, by primary key, from each row's link."""
+    return re.findall(r'<a href="/admin/django_workflows/instance/(\d+)/change/" class="dw-row-link">', html)
+
+
+def test_the_approval_queue_lists_only_waits_for_a_persons_decision_oldest_first(
+    workflows_env, admin_client, two_sign_offs
+):
     older = waiting_approval(workflows_env, who="older")
     workflows_env.advance("1 hour")
-    race = workflows.get("race").create(params={})
+    race = workflows.get("race").create(params={})  # waits for webhooks: payment-success or -failure
     workflows_env.run_until_idle()
     workflows_env.advance("1 hour")
     newer = waiting_approval(workflows_env, who="newer")
+    ticking = workflows.get("two-waits").create()  # waits for "tick", which no one approves
     sleeping = workflows.get("sleeper").create(params={})  # waiting, but for a timer, not an event
     workflows.get("three-steps").create()
+    signing = workflows.get("two-sign-offs").create()
     workflows_env.run_until_idle()
+    signing.send_event(type="sign-off", payload={})
+    workflows_env.run_until_idle()  # now waits for order-cancelled or sign-off: a person may sign off
+    assert {status_of(i) for i in (race, ticking, sleeping, signing)} == {"waiting"}
 
     html = admin_client.get(APPROVALS_URL).content.decode()
-    shown = re.findall(r'<a href="/admin/django_workflows/instance/(\d+)/change/"><code>', html)
-    assert shown == [str(older.pk), str(race.pk), str(newer.pk)]
-    assert str(sleeping.pk) not in shown
-    assert "<code>payment-success</code> or <code>payment-failure</code>" in html
+    assert queued_ids(html) == [str(older.pk), str(newer.pk), str(signing.pk)]
+    assert "<code>payment-success</code>" not in html and "<code>tick</code>" not in html
+    assert "<code>order-cancelled</code> or <code>sign-off</code>" in html
+    assert "a decision sends <code>sign-off</code>" in html
     assert html.count('value="approved"') == 3
-    only = admin_client.get(APPROVALS_URL, {"workflow": "race"}).content.decode()
-    assert re.findall(r'<a href="/admin/django_workflows/instance/(\d+)/change/"><code>', only) == [
-        str(race.pk)
-    ]
+    only = admin_client.get(APPROVALS_URL, {"workflow": "approval"}).content.decode()
+    assert queued_ids(only) == [str(older.pk), str(newer.pk)]
+    # The counts beside the links to the queue agree with it.
+    assert "Waiting for approval (3)" in admin_client.get(LIST_URL).content.decode()
 
 
-def test_approve_from_the_queue_sends_the_first_awaited_type_and_comes_back(workflows_env, admin_client):
-    race = workflows.get("race").create(params={})
-    workflows_env.run_until_idle()
+def test_each_row_of_the_queue_leads_to_its_instance(workflows_env, admin_client):
+    instance = waiting_approval(workflows_env)
+    html = admin_client.get(APPROVALS_URL).content.decode()
+    rows = re.findall(r"<tr>(.*?)</tr>", html[html.index("<tbody>") :], re.S)
+    [row] = rows
+    # One link, the instance's id, to the instance's page; the workflow is named beside it, not linked.
+    assert re.findall(r'<a href="([^"]+)"[^>]*>([^<]+)</a>', row) == [(change_url(instance), instance.id)]
+    assert '<div class="dw-quiet">approval</div>' in row
+    assert workflow_url("approval") not in html
+
+
+def test_approve_from_the_queue_comes_back_to_the_queue(workflows_env, admin_client):
+    instance = waiting_approval(workflows_env)
     page = admin_client.get(APPROVALS_URL).content.decode()
     assert f'name="next" value="{APPROVALS_URL}"' in page
     response = admin_client.post(
-        decide_url(race), decision("approved", step="payment-1", comment="ok", next=APPROVALS_URL)
+        decide_url(instance), decision("approved", comment="ok", next=APPROVALS_URL)
     )
     assert response.url == APPROVALS_URL
     workflows_env.run_until_idle()
-    assert race.status()["output"] == {
-        "type": "payment-success",
-        "payload": {"outcome": "approved", "comment": "ok"},
-    }
+    assert instance.status()["output"]["status"] == "approved"
     assert "Nothing is waiting for a decision." in admin_client.get(APPROVALS_URL).content.decode()
 
 
@@ -677,9 +755,27 @@ def test_the_workflow_page_draws_the_diagram_and_shows_the_source(workflows_env,
         assert f">{name}</text>" in html, name
     assert "except WorkflowTimeoutError" in html
     assert "def run(self, event, step):" in html  # the source beside it
+    # Where run() is defined, by its dotted name, never by the server's path to the file.
+    line = inspect.getsourcelines(Approval.run)[1]
+    assert f"tests.testapp.workflows.Approval.run, line {line}" in html
+    assert str(Path(__file__).resolve().parent.parent) not in html and "workflows.py" not in html
     assert "dw-state-" not in html  # no instance, no progress
     assert f"{LIST_URL}?workflow=approval&amp;status__exact=waiting" in html
     assert admin_client.get(workflow_url("no-such-workflow")).status_code == 404
+
+
+def breadcrumbs(html):
+    trail = re.search(r'<div class="breadcrumbs">(.*?)</div>', html, re.S).group(1)
+    return [" ".join(re.sub(r"<[^>]+>", "", crumb).split()) for crumb in trail.split("&rsaquo;")]
+
+
+def test_the_workflow_pages_hang_from_the_app_without_repeating_a_level(workflows_env, admin_client):
+    workflows_page = reverse("admin:django_workflows_instance_workflows")
+    html = admin_client.get(workflow_url("approval")).content.decode()
+    assert breadcrumbs(html) == ["Home", "Workflows", "All workflows", "approval"]
+    assert f'<a href="{workflows_page}">All workflows</a>' in html
+    listing = admin_client.get(workflows_page).content.decode()
+    assert breadcrumbs(listing) == ["Home", "Workflows", "All workflows"]
 
 
 def test_the_workflows_page_lists_every_workflow(workflows_env, admin_client):
@@ -692,16 +788,131 @@ def test_the_workflows_page_lists_every_workflow(workflows_env, admin_client):
 # The drawing helpers.
 
 
-def test_the_compressed_axis_keeps_milliseconds_and_days_visible_and_in_order():
-    t0 = datetime(2025, 1, 1, tzinfo=UTC)
-    moments = [t0, t0 + timedelta(milliseconds=2), t0 + timedelta(seconds=10), t0 + timedelta(days=3)]
-    scale = CompressedScale(moments, 100, 800)
-    xs = [scale.x(moment) for moment in moments]
-    assert xs[0] == 100 and xs[-1] == 900 and xs == sorted(xs)
-    assert xs[1] - xs[0] > 30  # 2 ms: on a linear axis of 3 days, a thousandth of a pixel
-    assert xs[3] - xs[2] > xs[2] - xs[1] > xs[1] - xs[0]  # longer gaps still look longer
-    assert scale.x(t0 + timedelta(seconds=5)) == pytest.approx((xs[1] + xs[2]) / 2, rel=0.01)
-    assert CompressedScale([t0], 100, 800).x(t0) == 100
+T0 = datetime(2025, 1, 1, 12, tzinfo=UTC)
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def at(seconds):
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def do_step(key, start, end):
+    """A step.do that succeeded at its first attempt, as describe_step has it."""
+    attempt = {"attempt": 1, "start": at(start), "end": at(end), "success": True}
+    return {
+        "key": key,
+        "type": "do",
+        "status": "succeeded",
+        "start": at(start),
+        "end": at(end),
+        "attempts": [attempt],
+    }
+
+
+def wait_step(key, start, *, end=None, deadline, sender="admin:reviewer", event_type="manager-approval"):
+    """A wait for ``event_type``: ended by it at ``end``, or still waiting when ``end`` is None."""
+    step = {
+        "key": key,
+        "type": "waitForEvent",
+        "status": "succeeded" if end is not None else "waiting",
+        "start": at(start),
+        "end": at(end) if end is not None else None,
+        "deadline": at(deadline),
+        "config": {"type": [event_type]},
+    }
+    if end is None:
+        return step, []
+    step["output"] = {"type": event_type, "payload": {}, "timestamp": at(end)}
+    event = {"type": event_type, "received": at(end), "sender": sender, "consumed_by": key}
+    return step, [event]
+
+
+def shapes(svg, tag, css_class):
+    """The elements of a tag whose class list holds ``css_class``: each as a dict of its numbers,
+    with its class and its text."""
+    found = []
+    for element in ElementTree.fromstring(svg).iter(f"{SVG}{tag}"):
+        classes = element.get("class", "").split()
+        if css_class in classes:
+            numbers = {key: float(element.get(key)) for key in ("x", "y", "width", "height") if element.get(key)}
+            title = element.find(f"{SVG}title")  # a tooltip comes before the text
+            text = element.text if title is None else title.tail
+            found.append({**numbers, "class": classes, "text": text, "anchor": element.get("text-anchor")})
+    return found
+
+
+def text_box(text, char_width=6.0):
+    """Where a text of the timeline lies, measured as the drawing measures it."""
+    width = len(text["text"]) * char_width
+    left = text["x"] - width if text["anchor"] == "end" else text["x"]
+    return {"x": left, "y": text["y"] - 9, "width": width, "height": 12}
+
+
+def overlap(a, b):
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
+
+
+def test_the_time_axis_is_to_scale_so_a_60_ms_hand_off_looks_short_beside_3_s_steps():
+    svg = render_timeline([do_step("fetch-1", 0, 3), do_step("store-1", 3.06, 6.06)], [], origin=T0)
+    fetch, store = shapes(svg, "rect", "dw-attempt-ok")
+    hand_off = store["x"] - (fetch["x"] + fetch["width"])
+    assert fetch["width"] == pytest.approx(store["width"], abs=0.2)
+    assert hand_off / fetch["width"] == pytest.approx(0.06 / 3, abs=0.002)
+    # Ticks fall on round offsets since queued, as far apart as the time between them.
+    ticks = [(tick["x"], tick["text"]) for tick in shapes(svg, "text", "dw-tick-text")]
+    assert [label for _, label in ticks] == ["+0", "+1 s", "+2 s", "+3 s", "+4 s", "+5 s", "+6 s"]
+    assert ticks[0][0] == fetch["x"] and ticks[3][0] == pytest.approx(fetch["x"] + fetch["width"], abs=0.2)
+
+
+def test_what_lies_far_ahead_is_shortened_behind_a_break_that_gives_its_length():
+    wait, _ = wait_step("approval-1", 0.006, deadline=0.006 + 72 * 3600)
+    now = T0 + timedelta(minutes=5)
+    svg = render_timeline([do_step("ask-1", 0, 0.005), wait], [], origin=T0, now=now)
+    [waited, ahead] = shapes(svg, "rect", "dw-bar-wait")
+    # The five minutes that passed keep three quarters of the axis, to scale; the 72 hours still
+    # ahead of the wait get the last quarter, behind a break labelled with their real length.
+    assert "dw-bar-ahead" in ahead["class"]
+    assert waited["x"] + waited["width"] == pytest.approx(270 + 0.75 * 790, abs=0.2)
+    assert ahead["x"] + ahead["width"] == pytest.approx(270 + 790, abs=0.2)
+    [gap] = shapes(svg, "rect", "dw-break")
+    assert waited["x"] + waited["width"] < gap["x"] < ahead["x"] + ahead["width"]
+    assert [text["text"] for text in shapes(svg, "text", "dw-break-text")] == ["2 d 23 h more, not to scale"]
+    assert [tick["text"] for tick in shapes(svg, "text", "dw-tick-text")][-1] == "+3 d"
+    # A retry due soon is drawn to scale, without a break.
+    retrying = {**do_step("charge-1", 0, 1), "status": "retrying", "next_attempt": at(11)}
+    assert "dw-break" not in render_timeline([retrying], [], origin=T0, now=T0 + timedelta(seconds=60))
+
+
+def test_the_label_of_the_event_that_ended_a_wait_is_never_drawn_over_a_bar():
+    # The wait runs to the right end of the axis: no room beside its event, so the label goes below.
+    wait, events = wait_step("approval-1", 0.003, end=2.5, deadline=72 * 3600)
+    svg = render_timeline([do_step("ask-1", 0, 0.002), wait], events, origin=T0)
+    # The wait's own label, whole; the lane of events received below has a shortened one.
+    [label] = [text for text in shapes(svg, "text", "dw-event-text") if "…" not in text["text"]]
+    assert label["text"] == "manager-approval · admin:reviewer"
+    box = text_box(label)
+    bars = shapes(svg, "rect", "dw-bar")
+    assert len(bars) == 2 and not any(overlap(box, bar) for bar in bars)
+    assert 270 <= box["x"] and box["x"] + box["width"] <= 270 + 790 + 40
+    # Where there is room, it stands beside the event, on the bar's line.
+    wait, events = wait_step("approval-1", 0, end=1, deadline=3600)
+    svg = render_timeline([wait, do_step("charge-1", 1, 10)], events, origin=T0)
+    [label] = [text for text in shapes(svg, "text", "dw-event-text") if "…" not in text["text"]]
+    [bar, _] = shapes(svg, "rect", "dw-bar")
+    assert label["x"] > bar["x"] + bar["width"] and bar["y"] < label["y"] < bar["y"] + bar["height"] + 4
+    assert not any(overlap(text_box(label), bar) for bar in shapes(svg, "rect", "dw-bar"))
+
+
+def test_tick_labels_are_as_precise_as_the_ticks_are_apart():
+    assert [tick_label(offset, step) for offset, step in [(0, 1), (0.25, 0.05), (1.5, 0.5), (150, 30),
+                                                          (5400, 900), (3 * 86400 + 7200, 7200)]] == [
+        "+0", "+250 ms", "+1.5 s", "+2 min 30 s", "+1 h 30 min", "+3 d 2 h"
+    ]
 
 
 def test_durations_read_like_people_write_them():

@@ -1,11 +1,13 @@
 """The admin in a real browser: log in, open an approval that waits, approve it, and see it complete.
 
 Runs Chromium headless through Playwright against the live server, with the inline executor so each
-replay runs in the server's thread when its change commits. Screenshots of the list, the instance page
-with its timeline, and the workflow's diagram are saved under var/screenshots/.
+replay runs in the server's thread when its change commits. Then the instance page and the workflow's
+page again in an 800 px wide window, where each must fit: its drawings and tables scroll inside their
+cards, the page itself never sideways; so must the approval queue, whose row leads to the instance.
+Screenshots of the list, the instance page with its timeline and the workflow's diagram, at both widths,
+and of the queue are saved under var/screenshots/.
 """
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -26,13 +28,53 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
+NARROW = 800
+
+# Where each box lies in the window, and whether what it holds is all within reach: shown whole, or
+# scrolled to inside the box (overflow-x auto), not cut off.
+BOXES = """selectors => selectors.map(selector => {
+    const box = document.querySelector(selector);
+    const shown = box.getBoundingClientRect();
+    return {
+        selector,
+        left: shown.left,
+        right: shown.right,
+        scrolls: ["auto", "scroll"].includes(getComputedStyle(box).overflowX),
+        fits: box.scrollWidth <= box.clientWidth + 1,
+    };
+})"""
+
+# The labels of the timeline that lie over one of its bars, measured by the browser's own text layout.
+LABELS_OVER_BARS = """() => {
+    const timeline = document.querySelector("svg.dw-timeline");
+    const boxes = selector => [...timeline.querySelectorAll(selector)].map(e => e.getBoundingClientRect());
+    const bars = boxes("rect.dw-bar");
+    return [...timeline.querySelectorAll("text.dw-event-text")]
+        .filter(text => {
+            const label = text.getBoundingClientRect();
+            return bars.some(bar => label.left < bar.right && bar.left < label.right
+                && label.top < bar.bottom && bar.top < label.bottom);
+        })
+        .map(text => text.textContent);
+}"""
+
+
+def assert_fits_a_narrow_window(page, *selectors):
+    assert page.evaluate("document.documentElement.scrollWidth") <= NARROW  # no sideways scrolling
+    for box in page.evaluate(BOXES, list(selectors)):
+        assert 0 <= box["left"] and box["right"] <= NARROW, box
+        assert box["fits"] or box["scrolls"], box
 
 
 @pytest.fixture(scope="session")
 def chromium():
-    """The system's Chromium, installed from the distribution's packages when it is missing."""
+    """The system's Chromium. A test installs nothing: the machine that runs the suite provides it."""
     if not Path(CHROMIUM).exists():
-        subprocess.run(["sh", "-c", "apt-get update && apt-get install -y chromium"], check=True)
+        pytest.fail(
+            f"Chromium is not installed at {CHROMIUM}, so the admin cannot be tested in a browser. "
+            "Install it from the distribution's packages: apt-get install chromium",
+            pytrace=False,
+        )
     return CHROMIUM
 
 
@@ -47,6 +89,7 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
     User.objects.create_superuser("reviewer", "reviewer@example.com", "a-long-test-password")
     instance = workflows.get("approval").create(id="order-42", params={"amount": 120, "currency": "EUR"})
     assert instance.status()["status"] == "waiting"  # the inline executor ran it up to its wait
+    queued = workflows.get("approval").create(id="order-43", params={"amount": 75, "currency": "EUR"})
     # A few neighbours, so the list shows several statuses.
     workflows.get("three-steps").create(id="order-41", params={"amount": 80})
     workflows.get("sleeper").create(id="nightly-report", params={"duration": "8 hours"})
@@ -79,11 +122,36 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
             expect(page.locator(".messagelist")).to_contain_text("Approved: event 'manager-approval' sent")
             expect(headline).to_have_text("complete")
             expect(page.locator("svg.dw-timeline")).to_contain_text("manager-approval · admin:reviewer")
+            assert page.evaluate(LABELS_OVER_BARS) == []
             page.screenshot(path=str(SCREENSHOTS / "instance-timeline.png"), full_page=True)
+            instance_page = page.url
 
             page.locator(".dw-headline").get_by_role("link", name="approval").click()
             expect(page.locator("svg.dw-diagram")).to_contain_text("expire")
             page.screenshot(path=str(SCREENSHOTS / "workflow-diagram.png"), full_page=True)
+            workflow_page = page.url
+
+            # The same pages in a narrow window, beside the admin's navigation sidebar.
+            page.set_viewport_size({"width": NARROW, "height": 900})
+            page.goto(instance_page)
+            expect(page.locator(".dw-headline .dw-badge")).to_have_text("complete")
+            assert_fits_a_narrow_window(
+                page,
+                "#timeline .dw-scroll",
+                ".dw-diagram-scroll",
+                "section[aria-labelledby=dw-steps-title] .dw-table-scroll",
+            )
+            assert page.evaluate(LABELS_OVER_BARS) == []
+            page.screenshot(path=str(SCREENSHOTS / "instance-timeline-800.png"), full_page=True)
+            page.goto(workflow_page)
+            assert_fits_a_narrow_window(page, ".dw-diagram-scroll", ".dw-source")
+            page.screenshot(path=str(SCREENSHOTS / "workflow-diagram-800.png"), full_page=True)
+            page.goto(f"{live_server.url}/admin/django_workflows/instance/approvals/")
+            assert_fits_a_narrow_window(page, ".dw-table-scroll")
+            page.screenshot(path=str(SCREENSHOTS / "approvals-800.png"), full_page=True)
+            page.get_by_role("link", name="order-43").click()  # the row's link: the instance's page
+            expect(page.locator(".dw-awaiting")).to_contain_text("Waiting for manager-approval")
+            assert page.url.endswith(f"/instance/{queued.pk}/change/")
         finally:
             browser.close()
 
@@ -93,5 +161,12 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
         "admin:reviewer",
     )
     assert instance.status()["output"]["status"] == "approved"
-    for name in ("instance-list.png", "instance-timeline.png", "workflow-diagram.png"):
+    for name in (
+        "instance-list.png",
+        "instance-timeline.png",
+        "workflow-diagram.png",
+        "instance-timeline-800.png",
+        "workflow-diagram-800.png",
+        "approvals-800.png",
+    ):
         assert (SCREENSHOTS / name).stat().st_size > 10_000, name

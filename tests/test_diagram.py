@@ -1,5 +1,7 @@
 """The diagram of a workflow, parsed from the source of its run(), and its SVG."""
 
+from xml.etree import ElementTree
+
 import pytest
 
 from django_workflows import WorkflowEntrypoint
@@ -242,7 +244,65 @@ def test_a_class_whose_source_cannot_be_read_says_so():
     assert diagram.body == [] and "not available" in diagram.error
 
 
+class LongConditions(WorkflowEntrypoint):
+    abstract = True
+
+    def run(self, event, step):
+        order = step.do("load-order", lambda: event.payload)
+        if (
+            order.get("amount", 0) > 10_000
+            and order.get("currency") not in ("EUR", "USD")
+            and not order.get("trusted_customer")
+        ):
+            step.wait_for_event("review", "manager-approval", timeout="1 day")
+        while order.get("attempts", 0) < 3 and not order.get("shipped") and event.payload.get("retry"):
+            step.do("ship", lambda: True)
+
+
+def test_long_conditions_are_kept_whole():
+    [_, branch, loop] = parse_workflow_class(LongConditions).body
+    assert branch.arms[0].label == (
+        "if order.get('amount', 0) > 10000 and order.get('currency') not in ('EUR', 'USD') "
+        "and (not order.get('trusted_customer'))"
+    )
+    assert loop.header == (
+        "while order.get('attempts', 0) < 3 and (not order.get('shipped')) and event.payload.get('retry')"
+    )
+
+
 # The SVG.
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def tags(svg, css_class):
+    """The groups of the drawing with this class: (title, rect, [lines of text])."""
+    found = []
+    for group in ElementTree.fromstring(svg).iter(f"{SVG}g"):
+        if css_class in group.get("class", "").split():
+            rect = group.find(f"{SVG}rect")
+            box = {key: float(rect.get(key)) for key in ("x", "y", "width", "height")}
+            found.append((group.findtext(f"{SVG}title"), box, [t.text for t in group.iter(f"{SVG}text")]))
+    return found
+
+
+def test_a_long_condition_wraps_over_lines_inside_its_tag_and_the_arm_starts_below_it():
+    diagram = parse_workflow_class(LongConditions)
+    svg = render_diagram(diagram)
+    [(title, box, lines)] = [tag for tag in tags(svg, "dw-label") if tag[0].startswith("if ")]
+    assert title == diagram.body[1].arms[0].label
+    assert len(lines) > 1 and " ".join(lines) == title  # every word, in order, none cut off
+    assert not any("…" in line for line in lines)
+    # Each line fits the tag (at the label font's width per character), and the tag grows to hold them.
+    assert all(len(line) * 6.2 <= box["width"] - 10 for line in lines)
+    assert box["height"] >= 13 * len(lines)
+    [(_, loop_box, loop_lines)] = tags(svg, "dw-loop")
+    assert len(loop_lines) > 1 and " ".join(loop_lines) == "↻ " + diagram.body[2].header
+    assert loop_box["height"] >= 13 * len(loop_lines)
+    # The arm's wait is drawn below the wrapped condition, not over it.
+    [(_, review, _)] = [tag for tag in tags(svg, "dw-node") if "review" in tag[0]]
+    assert review["y"] > box["y"] + box["height"]
 
 
 def test_the_svg_marks_steps_done_failed_and_in_progress():

@@ -302,6 +302,7 @@ class MarkupInEveryField(WorkflowEntrypoint):
     """Markup in step names (drawn in the diagram and the timeline), results, errors, waits and output."""
 
     name = "markup-in-every-field"
+    approvals = {"go"}  # so its waits reach the approval queue too
 
     def run(self, event, step):
         step.do("<script>alert(1)</script>", lambda: {"<script>alert(1)</script>": '"><img src=x onerror=alert(1)>'})

@@ -8,12 +8,18 @@ it always returns or raises). Steps are marked with the progress of an instance 
 
 from __future__ import annotations
 
+import textwrap
+
 from django_workflows.diagram import Branch, Diagram, Exit, Loop, Step, Try
 from django_workflows.drawing.svg import ARROW_DEFS, CHAR_WIDTH, Canvas, Drawing, fit
 
 STEP_W, STEP_H = 230, 48
 EXIT_W, EXIT_H = 210, 30
 LABEL_H = 20
+LABEL_LINE = 13  # each further line of a wrapped label or loop header
+LABEL_CHAR = 6.2
+LOOP_CHAR = 6.4
+LOOP_TAG_W = 380
 GAP = 22
 COLUMN_GAP = 26
 LOOP_PAD = 18
@@ -26,6 +32,18 @@ KIND_CAPTION = {
     "wait_for_event": "step.wait_for_event",
 }
 STATE_TEXT = {"done": "done", "failed": "failed", "current": "in progress", "pending": "not reached"}
+
+
+def wrap(text: str, width: float, char_width: float) -> list[str]:
+    """``text`` over as many lines of about ``width`` pixels as it takes: a condition is read whole,
+    never cut short. Lines break between words where they can (code has spaces around operators)."""
+    columns = max(8, int(width / char_width))
+    return textwrap.wrap(text, columns, break_long_words=True, break_on_hyphens=False) or [""]
+
+
+def _lines(canvas: Canvas, x: float, y: float, lines: list[str], css: str) -> None:
+    for number, line in enumerate(lines):
+        canvas.text(x, y + number * LABEL_LINE, line, text_anchor="middle", class_=css)
 
 
 def _connector(canvas: Canvas, x1, y1, x2, y2, *, dashed=False, arrow=True):
@@ -144,24 +162,19 @@ class TerminalBlock(Block):
 
 
 class LabelBlock(Block):
-    """A small tag in a column ("else:", "finally:") marking where a part of a statement starts."""
-
-    height = LABEL_H
+    """A tag in a column marking where a part of a statement starts: the condition of an arm
+    ("if amount > 100", "except KeyError"), "else", "finally". A long one wraps over lines."""
 
     def __init__(self, text: str, css: str = ""):
         self.text, self.css = text, css
-        self.width = min(STEP_W, len(text) * 6.2 + 18) if text else 0
+        self.lines = wrap(text, STEP_W - 18, LABEL_CHAR) if text else []
+        self.width = max(len(line) for line in self.lines) * LABEL_CHAR + 18 if text else 0
+        self.height = LABEL_H + LABEL_LINE * max(0, len(self.lines) - 1)
 
     def draw(self, canvas, x, y):
         canvas.open("g", class_=f"dw-label {self.css}".strip(), title=self.text)
-        canvas.rect(x, y, self.width, LABEL_H, rx=LABEL_H / 2, class_="dw-label-box")
-        canvas.text(
-            x + self.width / 2,
-            y + 14,
-            fit(self.text, self.width - 10, 6.2),
-            text_anchor="middle",
-            class_="dw-label-text",
-        )
+        canvas.rect(x, y, self.width, self.height, rx=LABEL_H / 2, class_="dw-label-box")
+        _lines(canvas, x + self.width / 2, y + 14, self.lines, "dw-label-text")
         canvas.close("g")
 
 
@@ -213,7 +226,9 @@ class ColumnsBlock(Block):
         self.head_width = len(head) * CHAR_WIDTH + 26
         self.width = max(sum(self.column_widths) + COLUMN_GAP * (len(columns) - 1), self.head_width)
         body = max(block.height for _, block in columns)
-        self.height = self.HEAD + self.SPLIT + 12 + LABEL_H + 10 + body + 18 + 12
+        # The columns' bodies start level, under the tallest label.
+        self.label_height = max(label.height for label in self.labels)
+        self.height = self.HEAD + self.SPLIT + 12 + self.label_height + 10 + body + 18 + 12
         self.ends = all(block.ends for _, block in columns)
 
     def draw(self, canvas, x, y):
@@ -247,7 +262,7 @@ class ColumnsBlock(Block):
             centers.append(left + width / 2)
             left += width + COLUMN_GAP
         label_y = split_y + 12
-        body_y = label_y + LABEL_H + 10
+        body_y = label_y + self.label_height + 10
         merge_y = y + self.height - 12
         plain = [c for i, c in enumerate(centers) if self.error_from is None or i < self.error_from]
         canvas.line(min(plain + [center]), split_y, max(plain + [center]), split_y, class_="dw-edge")
@@ -267,14 +282,16 @@ class ColumnsBlock(Block):
                 canvas.line(column_center, split_y, column_center, label_y, class_="dw-edge")
             if label.text:
                 label.draw(canvas, column_center - label.width / 2, label_y)
+                label_bottom = label_y + label.height
             else:
-                canvas.line(column_center, label_y, column_center, label_y + LABEL_H, class_="dw-edge")
+                label_bottom = label_y + self.label_height
+                canvas.line(column_center, label_y, column_center, label_bottom, class_="dw-edge")
             block_top = body_y
             if block.height:
-                _connector(canvas, column_center, label_y + LABEL_H, column_center, block_top)
+                _connector(canvas, column_center, label_bottom, column_center, block_top)
                 block.draw(canvas, column_center - block.width / 2, block_top)
             if not block.ends:
-                bottom = block_top + block.height if block.height else label_y + LABEL_H
+                bottom = block_top + block.height if block.height else label_bottom
                 canvas.line(column_center, bottom, column_center, merge_y, class_="dw-edge")
                 merging.append(column_center)
         if merging:
@@ -289,9 +306,11 @@ class LoopBlock(Block):
     def __init__(self, loop: Loop, body: Block):
         self.loop, self.body = loop, body
         self.header = "↻ " + loop.header
-        self.tag_width = min(len(self.header) * 6.4 + 20, 380)
+        self.lines = wrap(self.header, LOOP_TAG_W - 20, LOOP_CHAR)
+        self.tag_width = max(len(line) for line in self.lines) * LOOP_CHAR + 20
+        self.tag_height = LABEL_H + LABEL_LINE * (len(self.lines) - 1)
         self.width = max(body.width, self.tag_width) + 2 * LOOP_PAD + 14
-        self.height = 8 + LABEL_H + 14 + body.height + 22
+        self.height = 8 + self.tag_height + 14 + body.height + 22
 
     def draw(self, canvas, x, y):
         center = x + self.width / 2
@@ -303,25 +322,19 @@ class LoopBlock(Block):
             center - self.tag_width / 2,
             tag_top,
             self.tag_width,
-            LABEL_H,
+            self.tag_height,
             rx=LABEL_H / 2,
             class_="dw-loop-tag",
         )
-        canvas.text(
-            center,
-            tag_top + 14,
-            fit(self.header, self.tag_width - 14, 6.4),
-            text_anchor="middle",
-            class_="dw-loop-text",
-        )
+        _lines(canvas, center, tag_top + 14, self.lines, "dw-loop-text")
         canvas.close("g")
-        body_top = tag_top + LABEL_H + 14
-        _connector(canvas, center, tag_top + LABEL_H, center, body_top)
+        body_top = tag_top + self.tag_height + 14
+        _connector(canvas, center, tag_top + self.tag_height, center, body_top)
         self.body.draw(canvas, center - self.body.width / 2, body_top)
         bottom = body_top + self.body.height
         if not self.body.ends:
             side = x + 12
-            back_to = tag_top + LABEL_H + 6
+            back_to = tag_top + self.tag_height + 6
             canvas.path(
                 f"M{center},{bottom} L{center},{bottom + 10} L{side},{bottom + 10} L{side},{back_to} "
                 f"L{center - 8},{back_to}",

@@ -5,16 +5,18 @@ succeeded, red when it failed) with the retry delays between attempts as dashed 
 wake time, a wait until the event that ended it (and who sent it) or its deadline. The rows take the
 data shapes of ``django_workflows.describe`` (``describe_step``, ``describe_event``).
 
-The time axis is compressed: a step may take two milliseconds and the wait after it three days, and a
-linear axis would show one of them as nothing. The moments of interest (starts, ends, deadlines, events)
-are placed in order, each gap between two consecutive moments drawn by the logarithm of its length; the
-axis is labelled with real times, and every bar has its exact times in a tooltip.
+The time axis is linear: a second is as wide at the start as at the end, so a 60 ms hand-off between
+two 3 s steps is drawn fifty times narrower than they are, and ticks fall on round offsets since the
+instance was queued. A step of a few milliseconds beside a wait of hours is a sliver (never thinner than
+``MIN_BAR``); its exact times are in its tooltip and the journal. Only what lies ahead of the last thing
+that happened (the rest of a wait or sleep, a deadline, the next attempt) may be drawn shorter: when
+drawing it to scale would take more than ``AHEAD_SHARE`` of the axis, it is squeezed into that share
+behind a break mark labelled with its real length, so that the past keeps the room.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from datetime import datetime
 
 from django_workflows.drawing.svg import Canvas, Drawing, fit
@@ -26,9 +28,22 @@ WIDTH = LABEL_WIDTH + PLOT_WIDTH + RIGHT_MARGIN
 AXIS_HEIGHT = 38
 ROW_HEIGHT = 28
 BAR_HEIGHT = 12
+# A wait's row grows by a line when the label of the event that ended it has no room beside the bar.
+LABEL_LINE = 14
 EVENT_LANE = 46
 MIN_BAR = 4
 TICK_SPACING = 92
+AHEAD_SHARE = 0.25
+TEXT_CHAR = 6  # pixels per character of the 10-11 px texts of the axis and the events, measured roughly
+# Tick intervals, in seconds: the first that leaves room for its labels is used.
+TICK_STEPS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+    1, 2, 5, 10, 15, 30,
+    60, 2 * 60, 5 * 60, 10 * 60, 15 * 60, 30 * 60,
+    3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
+    86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400,
+)
+UNITS = (("d", 86400), ("h", 3600), ("min", 60))
 
 
 def when(value) -> datetime | None:
@@ -56,60 +71,97 @@ def human_duration(seconds: float) -> str:
     return " ".join(parts)
 
 
-class CompressedScale:
-    """Maps moments to x, in order, each gap between consecutive moments log-proportional to its length."""
+def tick_label(offset: float, step: float) -> str:
+    """An offset in seconds as a tick shows it, down to the unit of the ``step`` between ticks, so that
+    no two ticks read the same: "+0", "+250 ms", "+1.5 s", "+2 min 30 s", "+3 d 2 h"."""
+    if offset <= 0:
+        return "+0"
+    if offset < 1:
+        return f"+{offset * 1000:.0f} ms"
+    decimals = math.ceil(round(-math.log10(step), 6)) if step < 1 else 0
+    smallest = next(size for size in (86400, 3600, 60, 1) if size <= max(step, 1))
+    rest = round(offset, decimals)
+    parts = []
+    for name, size in UNITS:
+        if size < smallest:
+            break
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{int(count)} {name}")
+    if smallest == 1 and rest:
+        parts.append(f"{rest:.{decimals}f} s")
+    return "+" + " ".join(parts)
 
-    def __init__(self, moments, left: float, width: float):
-        self.moments = sorted(set(moments))
-        gaps = [(b - a).total_seconds() for a, b in zip(self.moments, self.moments[1:], strict=False)]
-        # +0.25 keeps moments a microsecond apart visibly apart.
-        weights = [math.log10(1 + gap * 1000) + 0.25 for gap in gaps]
-        total = sum(weights)
-        self.xs = [left]
-        for weight in weights:
-            self.xs.append(self.xs[-1] + (weight / total) * width)
+
+class TimeAxis:
+    """Maps moments to x, in proportion to time; see the module's docstring for what lies ahead.
+
+    ``happened`` are the moments that have come (starts, ends, events received, now), ``planned``
+    those that may still be to come (the end of a sleep, a deadline, the next attempt).
+    """
+
+    def __init__(self, happened, planned, left: float, width: float):
+        happened, planned = sorted(happened), sorted(planned)
+        self.start = happened[0] if happened else planned[0]
+        self.last = happened[-1] if happened else self.start  # the last thing that happened
+        self.end = max([self.last, *planned])
         self.left, self.right = left, left + width
+        past = (self.last - self.start).total_seconds()
+        ahead = (self.end - self.last).total_seconds()
+        self.ahead = ahead
+        self.shortened = past > 0 and ahead > AHEAD_SHARE * (past + ahead)
+        if self.shortened:
+            self.break_x = left + width * (1 - AHEAD_SHARE)
+            self.per_second = (self.break_x - left) / past
+            self.ahead_per_second = (self.right - self.break_x) / ahead
+        else:
+            self.break_x = None
+            total = past + ahead
+            self.per_second = width / total if total else 0
+            self.ahead_per_second = self.per_second
 
     def x(self, moment: datetime) -> float:
-        moments = self.moments
-        if not moments:
-            return self.left
-        i = bisect_left(moments, moment)
-        if i < len(moments) and moments[i] == moment:
-            return self.xs[i]
-        if i == 0:
-            return self.xs[0]
-        if i == len(moments):
-            return self.xs[-1]
-        a, b = moments[i - 1], moments[i]
-        share = (moment - a) / (b - a)
-        return self.xs[i - 1] + share * (self.xs[i] - self.xs[i - 1])
+        if self.shortened and moment > self.last:
+            x = self.break_x + (moment - self.last).total_seconds() * self.ahead_per_second
+        else:
+            x = self.left + (moment - self.start).total_seconds() * self.per_second
+        return min(max(x, self.left), self.right)
 
-    def ticks(self, label) -> list[datetime]:
-        """Moments to label on the axis: spaced apart, and none labelled like the one before it."""
-        chosen: list[datetime] = []
-        last_x, last_label = -math.inf, None
-        for moment, x in zip(self.moments, self.xs, strict=True):
-            if x - last_x >= TICK_SPACING and label(moment) != last_label:
-                chosen.append(moment)
-                last_x, last_label = x, label(moment)
-        return chosen
+    def ticks(self, origin: datetime) -> list[tuple[float, str]]:
+        """``(x, label)`` of each tick: round offsets since ``origin``, as close as their labels allow.
+        The part squeezed ahead gets one tick, at its end."""
+        first = (self.start - origin).total_seconds()
+        last = ((self.last if self.shortened else self.end) - origin).total_seconds()
+        # Without a span to divide (everything at one moment), the start alone is labelled.
+        ticks = [(self.left, "+" + human_duration(first) if first > 0 else "+0")]
+        for step in TICK_STEPS:
+            apart = step * self.per_second
+            if apart < TICK_SPACING:
+                continue
+            numbers = range(math.ceil(first / step - 1e-9), math.floor(last / step + 1e-9) + 1)
+            labels = [tick_label(n * step, step) for n in numbers]
+            if labels and apart >= max(len(label) for label in labels) * TEXT_CHAR + 16:
+                ticks = [
+                    (self.left + (n * step - first) * self.per_second, label)
+                    for n, label in zip(numbers, labels, strict=True)
+                ]
+                break
+        if self.shortened:
+            ticks.append((self.right, "+" + human_duration((self.end - origin).total_seconds())))
+        return ticks
 
 
-def _step_moments(step: dict) -> list[datetime]:
+def _step_moments(step: dict) -> tuple[list[datetime], list[datetime]]:
+    """The moments of a step that have happened (starts, ends), and those it plans (the end of a
+    sleep, a deadline, the next attempt), which may lie ahead."""
+    happened = [when(step.get("start")), when(step.get("end"))]
+    for attempt in step.get("attempts") or ():
+        happened += [when(attempt.get("start")), when(attempt.get("end"))]
     # The deadline of a wait that got its event is not a moment of interest: it would stretch the
     # axis days past the end of the instance.
     deadline = when(step.get("deadline")) if step.get("status") != "succeeded" else None
-    moments = [
-        when(step.get("start")),
-        when(step.get("end")),
-        when(step.get("until")),
-        deadline,
-        when(step.get("next_attempt")),
-    ]
-    for attempt in step.get("attempts") or ():
-        moments += [when(attempt.get("start")), when(attempt.get("end"))]
-    return [moment for moment in moments if moment is not None]
+    planned = [when(step.get("until")), deadline, when(step.get("next_attempt"))]
+    return [m for m in happened if m is not None], [m for m in planned if m is not None]
 
 
 def _bar(canvas: Canvas, x1: float, x2: float, y: float, css: str, title: str, height: float = BAR_HEIGHT):
@@ -130,16 +182,23 @@ class Timeline:
         self.steps, self.events = steps, events
         self.origin, self.now = origin, now
         self.first_number, self.current_key = first_number, current_key
-        moments = [origin] if first_number == 1 else []
+        happened, planned = [origin] if first_number == 1 else [], []
         for step in steps:
-            moments += _step_moments(step)
-        moments += [when(event["received"]) for event in events]
+            done, ahead = _step_moments(step)
+            happened += done
+            planned += ahead
+        happened += [when(event["received"]) for event in events]
         if now is not None:
-            moments.append(now)
-        if not moments:
-            moments = [origin]
-        self.scale = CompressedScale(moments, LABEL_WIDTH, PLOT_WIDTH)
+            happened.append(now)
+        if not happened and not planned:
+            happened = [origin]
+        self.scale = TimeAxis(happened, planned, LABEL_WIDTH, PLOT_WIDTH)
         self.sender_by_step = {event["consumed_by"]: event for event in events if event.get("consumed_by")}
+        self.row_tops = [AXIS_HEIGHT]
+        for step in steps:
+            placed = self.event_label(step)
+            extra = LABEL_LINE if placed and placed[2] == "below" else 0
+            self.row_tops.append(self.row_tops[-1] + ROW_HEIGHT + extra)
 
     def offset(self, moment: datetime) -> str:
         delta = (moment - self.origin).total_seconds()
@@ -148,14 +207,32 @@ class Timeline:
     def at(self, moment: datetime) -> str:
         return f"{moment.isoformat(sep=' ', timespec='milliseconds')} ({self.offset(moment)})"
 
+    def event_label(self, step: dict) -> tuple[str, float, str] | None:
+        """The label of the event that ended a wait, and where it goes: ``(text, x, "beside")`` right
+        of the event's diamond when it fits there, else ``(text, x, "below")`` on a line under the
+        bar (its x the text's right end). Never over the bar, whose colour would hide it."""
+        end = when(step.get("end"))
+        if step["type"] != "waitForEvent" or step["status"] != "succeeded" or end is None:
+            return None
+        received = self.sender_by_step.get(step["key"])
+        sender = received["sender"] if received and received.get("sender") else "unknown sender"
+        types = " or ".join((step.get("config") or {}).get("type") or [])
+        text = fit(f"{(step.get('output') or {}).get('type', types)} · {sender}", 240, TEXT_CHAR)
+        x = self.scale.x(end)
+        if x + 9 + len(text) * TEXT_CHAR <= WIDTH - 4:
+            return text, x + 9, "beside"
+        return text, max(x + 6, LABEL_WIDTH + 4 + len(text) * TEXT_CHAR), "below"
+
     def render(self) -> Drawing:
         canvas = Canvas()
-        rows_bottom = AXIS_HEIGHT + ROW_HEIGHT * len(self.steps)
+        rows_bottom = self.row_tops[-1]
         height = rows_bottom + EVENT_LANE + 6
         self.axis(canvas, height)
         for index, step in enumerate(self.steps):
             self.row(canvas, index, step)
         self.event_lane(canvas, rows_bottom)
+        if self.scale.shortened:
+            self.axis_break(canvas, rows_bottom)
         if self.now is not None:
             x = self.scale.x(self.now)
             canvas.line(x, AXIS_HEIGHT - 8, x, height - 4, class_="dw-now", title=f"now: {self.at(self.now)}")
@@ -164,23 +241,38 @@ class Timeline:
 
     def axis(self, canvas: Canvas, height: float) -> None:
         canvas.line(LABEL_WIDTH, AXIS_HEIGHT, LABEL_WIDTH + PLOT_WIDTH, AXIS_HEIGHT, class_="dw-axis")
-        for moment in self.scale.ticks(self.offset):
-            x = self.scale.x(moment)
+        for x, label in self.scale.ticks(self.origin):
             canvas.line(x, AXIS_HEIGHT - 4, x, height - 4, class_="dw-tick")
-            canvas.text(
-                x,
-                AXIS_HEIGHT - 22,
-                self.offset(moment),
-                text_anchor="middle",
-                class_="dw-tick-text",
-                title=moment.isoformat(sep=" ", timespec="milliseconds"),
-            )
+            canvas.text(x, AXIS_HEIGHT - 22, label, text_anchor="middle", class_="dw-tick-text")
         canvas.text(8, AXIS_HEIGHT - 22, "step", class_="dw-axis-title")
         queued = f"{self.origin:%Y-%m-%d %H:%M:%S %Z}"
         canvas.text(8, AXIS_HEIGHT - 8, f"time since queued at {queued}", class_="dw-axis-note")
 
+    def axis_break(self, canvas: Canvas, rows_bottom: float) -> None:
+        """Where the axis stops being to scale: a gap cut through the axis and the rows, so that a bar
+        crossing it is seen to be broken, and the real length of what lies beyond."""
+        scale = self.scale
+        x = scale.break_x + 4
+        title = (
+            f"{human_duration(scale.ahead)} from {self.at(scale.last)} to {self.at(scale.end)}, "
+            "drawn shorter than to scale"
+        )
+        canvas.rect(x, AXIS_HEIGHT - 6, 8, rows_bottom - AXIS_HEIGHT + 6, class_="dw-break", title=title)
+        canvas.path(
+            f"M{x - 3},{AXIS_HEIGHT + 5} L{x + 3},{AXIS_HEIGHT - 5} M{x + 5},{AXIS_HEIGHT + 5} "
+            f"L{x + 11},{AXIS_HEIGHT - 5}",
+            class_="dw-break-mark",
+        )
+        canvas.text(
+            x + 14,
+            AXIS_HEIGHT - 8,
+            f"{human_duration(scale.ahead)} more, not to scale",
+            class_="dw-axis-note dw-break-text",
+            title=title,
+        )
+
     def row(self, canvas: Canvas, index: int, step: dict) -> None:
-        top = AXIS_HEIGHT + ROW_HEIGHT * index
+        top = self.row_tops[index]
         middle = top + ROW_HEIGHT / 2
         number = self.first_number + index
         current = step["key"] == self.current_key
@@ -188,7 +280,7 @@ class Timeline:
             0,
             top,
             WIDTH,
-            ROW_HEIGHT,
+            self.row_tops[index + 1] - top,
             class_="dw-row" + (" dw-row-odd" if index % 2 else "") + (" dw-row-current" if current else ""),
         )
         kind = step["type"]
@@ -305,11 +397,11 @@ class Timeline:
                 "dw-event dw-event-consumed",
                 f"{event_type} from {sender}, consumed at {self.at(end)}",
             )
-            label = f"{event_type} · {sender}"
-            if x(end) < LABEL_WIDTH + PLOT_WIDTH - 120:
-                canvas.text(x(end) + 9, y + 4, fit(label, 240, 6), class_="dw-event-text")
+            text, label_x, place = self.event_label(step)
+            if place == "beside":
+                canvas.text(label_x, y + 4, text, class_="dw-event-text")
             else:
-                canvas.text(x(end) - 9, y + 4, fit(label, 240, 6), class_="dw-event-text", text_anchor="end")
+                canvas.text(label_x, y + BAR_HEIGHT / 2 + 12, text, class_="dw-event-text", text_anchor="end")
         elif step["status"] == "failed":
             end = end or deadline or start
             _bar(
@@ -339,7 +431,7 @@ class Timeline:
                     "dw-bar dw-bar-wait dw-bar-ahead",
                     f"{step['key']}: waits for {types} until the deadline {self.at(deadline)}",
                 )
-        if deadline is not None and deadline <= self.scale.moments[-1]:
+        if deadline is not None and deadline <= self.scale.end:
             canvas.line(
                 x(deadline),
                 y - 9,
@@ -361,7 +453,7 @@ class Timeline:
         canvas.rect(0, top, WIDTH, EVENT_LANE, class_="dw-row dw-event-lane")
         canvas.text(26, top + 20, "events received", class_="dw-row-label")
         canvas.text(26, top + 34, f"{len(self.events)} in this range", class_="dw-axis-note")
-        last_label = -math.inf
+        labelled_to = -math.inf  # where the last label drawn ends: the next starts clear of it
         for event in self.events:
             received = when(event["received"])
             cx = self.scale.x(received)
@@ -377,15 +469,13 @@ class Timeline:
                 "dw-event " + ("dw-event-consumed" if consumed else "dw-event-buffered"),
                 title,
             )
-            if cx - last_label >= 170:
-                canvas.text(
-                    cx,
-                    top + 36,
-                    fit(f"{event['type']} · {sender}", 164, 6),
-                    text_anchor="middle",
-                    class_="dw-event-text",
-                )
-                last_label = cx
+            text = fit(f"{event['type']} · {sender}", 164, TEXT_CHAR)
+            width = len(text) * TEXT_CHAR
+            # Centred under its diamond, but kept inside the plot at either end.
+            left = min(max(cx - width / 2, LABEL_WIDTH), WIDTH - 4 - width)
+            if left >= labelled_to + 6:
+                canvas.text(left, top + 36, text, class_="dw-event-text")
+                labelled_to = left + width
 
 
 def render_timeline(

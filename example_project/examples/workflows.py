@@ -32,6 +32,7 @@ class PaymentApproval(WorkflowEntrypoint):
     """Validate, ask a manager, wait up to 72 hours for their decision, then charge."""
 
     name = "payment-approval"
+    approvals = {"manager-approval"}  # a manager approves or rejects it in the admin
 
     def run(self, event, step):
         key = event.instance_id

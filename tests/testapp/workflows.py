@@ -84,6 +84,8 @@ class Sleeper(WorkflowEntrypoint):
 
 
 class Approval(WorkflowEntrypoint):
+    approvals = {"manager-approval"}
+
     def run(self, event, step):
         step.do("ask", lambda: calls.update(["ask"]) or "asked")
         try:

@@ -8,12 +8,21 @@ from django.db import router
 
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEntrypoint, registry
-from django_workflows.errors import WorkflowConfigError
+from django_workflows.engine import validate_event_type
+from django_workflows.errors import InvalidEvent, WorkflowConfigError
 from django_workflows.policy import validate_config
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LEASE_SECONDS",
                  "POISON_LIMIT", "WAKE_BATCH", "RETENTION_BATCH", "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
 INTERVAL_SETTINGS = ("WAKE_INTERVAL", "SWEEP_INTERVAL", "IDLE_RECHECK_SECONDS")
+
+
+def _event_type(value) -> bool:
+    try:
+        validate_event_type(value)
+    except InvalidEvent:
+        return False
+    return True
 
 
 def _positive_int(value) -> bool:
@@ -141,6 +150,15 @@ def check_workflows(app_configs=None, **kwargs):
                 f"{where}.name must be a string of 1 to 255 characters, got {cls.name!r}.",
                 hint="Set name = 'my-workflow' on the class, or leave it out to use the class name in kebab-case.",
                 id="django_workflows.E007",
+            ))
+        approvals = cls.approvals
+        types = [approvals] if isinstance(approvals, str) else approvals
+        if not isinstance(types, (list, tuple, set, frozenset)) or not all(_event_type(t) for t in types):
+            messages.append(Error(
+                f"{where}.approvals must name event types (letters, digits, '-' and '_'), got {approvals!r}.",
+                hint="Name the event types staff approve or reject in the admin, e.g. "
+                     "approvals = {'manager-approval'}.",
+                id="django_workflows.E010",
             ))
         if cls.run is WorkflowEntrypoint.run:
             messages.append(Error(

@@ -94,6 +94,26 @@ def test_e008_no_run():
         registry.unregister(cls)
 
 
+@pytest.mark.parametrize("approvals", [{"manager approval"}, 42, ["ok", None], {"-leading-dash"}])
+def test_e010_approvals_that_are_not_event_types(approvals):
+    cls = type("BadApprovals", (WorkflowEntrypoint,), {"run": lambda self, event, step: None,
+                                                       "approvals": approvals})
+    try:
+        assert ids(checks.check_workflows()) == ["django_workflows.E010"]
+    finally:
+        registry.unregister(cls)
+
+
+def test_e010_accepts_one_type_as_a_string_or_a_collection():
+    for approvals in ("manager-approval", {"a", "b_2"}, ["x"], ()):
+        cls = type("GoodApprovals", (WorkflowEntrypoint,), {"run": lambda self, event, step: None,
+                                                            "approvals": approvals})
+        try:
+            assert ids(checks.check_workflows()) == []
+        finally:
+            registry.unregister(cls)
+
+
 def test_w001_sqlite_without_wal():
     [message] = checks.sqlite_messages("default", {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": {}})
     assert message.id == "django_workflows.W001"

@@ -1,11 +1,12 @@
 """The whole system on one machine: an admin user, a worker, a web server, one instance of each example.
 
-    python manage.py demo                       # runs until Ctrl+C
+    python manage.py demo                       # runs until Ctrl+C (once stops gracefully, twice forces)
     python manage.py demo --exit-when-settled   # approves the payment through the API, exits when all settle
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -31,6 +33,39 @@ EXPECTED = {
     "flaky-step": ("complete", None),
     "plain-sleep": ("complete", None),
 }
+
+
+MANAGE_PY = Path(__file__).resolve().parents[3] / "manage.py"
+
+# The signals that ask the demo to stop: Ctrl+C, kill, and the terminal closing.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(Exception):
+    """A stop was asked while the demo was starting or running: unwinds to the stop of the children."""
+
+
+def _die_with_the_demo():
+    """For preexec_fn: the child gets SIGTERM (a graceful stop) when the demo dies, however it dies.
+
+    The children run in sessions of their own (see Command.spawn), so neither Ctrl+C nor the terminal
+    closing reaches them: without this, a demo killed with SIGKILL would leave them running. Linux
+    only; elsewhere a demo killed that way leaves them to be stopped by hand.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    demo = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec():
+        prctl(pr_set_pdeathsig, ctypes.c_ulong(signal.SIGTERM), ctypes.c_ulong(0), ctypes.c_ulong(0),
+              ctypes.c_ulong(0))
+        if os.getppid() != demo:
+            os._exit(1)  # the demo died before the request took effect
+
+    return preexec
 
 
 def free_port(preferred: int) -> int:
@@ -54,48 +89,115 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=120, help="With --exit-when-settled: give up after this.")
 
     def handle(self, *args, port, exit_when_settled, timeout, **options):
+        self.children: list[subprocess.Popen] = []
+        self.signals = 0
+        self.stopping = False
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self.on_signal)
+        try:
+            self.run(port, exit_when_settled, timeout)
+        except Interrupted:
+            pass
+        finally:
+            forced = self.stop_children()
+        if forced:
+            raise SystemExit(1)
+
+    def run(self, port: int, exit_when_settled: bool, timeout: float) -> None:
         started = time.monotonic()
         user, password = self.admin_user()
         token = Token.objects.get_or_create(user=user)[0].key
         port = free_port(port)
         base = f"http://127.0.0.1:{port}"
-        children = [
-            subprocess.Popen([sys.executable, "manage.py", "workflows_worker", "--workers", "2"]),
-            subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]),
-        ]
-        try:
-            self.wait_for_server(base)
-            instances = self.start_instances()
-            payment_id = instances["payment-approval"].id
-            race_id = instances["payment-race"].id
-            self.stdout.write(self.style.SUCCESS(f"\nUp in {time.monotonic() - started:.1f} s.\n"))
-            self.stdout.write(f"  Admin:     {base}/admin/   (user admin, password {password})")
-            self.stdout.write(f"  API:       {base}/workflows/   (token {token})")
-            self.stdout.write("  Approve the payment through the API:\n")
-            self.stdout.write(
-                f"    curl -X POST {base}/workflows/payment-approval/instances/{payment_id}/events/manager-approval/ "
-                f"-H 'Authorization: Token {token}' -H 'Content-Type: application/json' "
-                "-d '{\"outcome\": \"approved\"}'\n"
-            )
-            self.stdout.write("  Win the payment race with a signed webhook:\n")
-            self.stdout.write(
-                "    python -c \"from django_workflows.webhooks import sign; print(sign('demo-webhook-secret', "
-                "b'{\\\"id\\\": 1}'))\"   # then POST the body with X-Workflows-Signature to "
-                f"{base}/workflows/payment-race/instances/{race_id}/webhooks/payment-success/\n"
-            )
-            if exit_when_settled:
-                self.settle(base, token, instances, timeout)
+        self.spawn("workflows_worker", "--workers", "2")
+        self.spawn("runserver", f"127.0.0.1:{port}", "--noreload")
+        self.wait_for_server(base)
+        instances = self.start_instances()
+        payment_id = instances["payment-approval"].id
+        race_id = instances["payment-race"].id
+        self.stdout.write(self.style.SUCCESS(f"\nUp in {time.monotonic() - started:.1f} s.\n"))
+        self.stdout.write(f"  Admin:     {base}/admin/   (user admin, password {password})")
+        self.stdout.write(f"  API:       {base}/workflows/   (token {token})")
+        self.stdout.write("  Approve the payment through the API:\n")
+        self.stdout.write(
+            f"    curl -X POST {base}/workflows/payment-approval/instances/{payment_id}/events/manager-approval/ "
+            f"-H 'Authorization: Token {token}' -H 'Content-Type: application/json' "
+            "-d '{\"outcome\": \"approved\"}'\n"
+        )
+        self.stdout.write("  Win the payment race with a signed webhook:\n")
+        self.stdout.write(
+            "    python -c \"from django_workflows.webhooks import sign; print(sign('demo-webhook-secret', "
+            "b'{\\\"id\\\": 1}'))\"   # then POST the body with X-Workflows-Signature to "
+            f"{base}/workflows/payment-race/instances/{race_id}/webhooks/payment-success/\n"
+        )
+        if exit_when_settled:
+            self.settle(base, token, instances, timeout)
+            return
+        self.stdout.write("Press Ctrl+C to stop.")
+        self.stdout.flush()
+        while True:
+            self.pause(0.5)
+
+    # The children and the signals.
+
+    def on_signal(self, signum, frame) -> None:
+        # Only counted here: the loops look at the count (pause), so no exception is raised at an
+        # arbitrary point of the demo, in the middle of a write to the database say.
+        self.signals += 1
+
+    def pause(self, seconds: float) -> None:
+        """Sleep, unless a stop was asked (then raise Interrupted, within a tenth of a second)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.signals and not self.stopping:
+                raise Interrupted
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return
-            self.stdout.write("Press Ctrl+C to stop.")
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
-        finally:
-            for child in children:
-                child.send_signal(signal.SIGTERM)
-            for child in children:
-                try:
-                    child.wait(30)
-                except subprocess.TimeoutExpired:
+            time.sleep(min(left, 0.1))
+
+    def spawn(self, *args: str, **popen) -> subprocess.Popen:
+        # A session of its own: Ctrl+C makes the terminal send SIGINT to its whole foreground process
+        # group. Were the worker in it, it would get that SIGINT and then the demo's SIGTERM: two
+        # signals, which the worker takes as the order to force its stop. The demo alone gets the
+        # signal and passes it on, once.
+        child = subprocess.Popen([sys.executable, str(MANAGE_PY), *args], stdin=subprocess.DEVNULL,
+                                 start_new_session=True, preexec_fn=_die_with_the_demo(), **popen)
+        self.children.append(child)
+        return child
+
+    def alive(self) -> list[subprocess.Popen]:
+        return [child for child in self.children if child.poll() is None]
+
+    def stop_children(self) -> bool:
+        """Stop the children gracefully: one SIGTERM each (the worker finishes its current replays).
+
+        A second signal to the demo, or a minute gone by, forces: each child left gets a second
+        SIGTERM (the worker then kills its cluster and exits); a third signal, or ten more seconds,
+        SIGKILLs what is left. Returns whether the stop was forced.
+        """
+        self.stopping = True
+        if not self.alive():
+            return False
+        if self.signals:
+            try:
+                self.stdout.write("Stopping the worker and the web server; Ctrl+C again forces.")
+                self.stdout.flush()
+            except OSError:
+                pass  # the terminal is gone (SIGHUP): stop them all the same
+        for child in self.alive():
+            child.send_signal(signal.SIGTERM)
+        forced, deadline = False, time.monotonic() + 60
+        while self.alive():
+            if not forced and (self.signals >= 2 or time.monotonic() > deadline):
+                forced, deadline = True, time.monotonic() + 10
+                for child in self.alive():
+                    child.send_signal(signal.SIGTERM)
+            elif forced and (self.signals >= 3 or time.monotonic() > deadline):
+                for child in self.alive():
                     child.kill()
+            time.sleep(0.1)
+        return forced
 
     def admin_user(self):
         users = get_user_model()
@@ -115,7 +217,7 @@ class Command(BaseCommand):
                 urllib.request.urlopen(f"{base}/admin/login/", timeout=2)
                 return
             except OSError:
-                time.sleep(0.2)
+                self.pause(0.2)
         raise CommandError(f"the web server did not answer at {base} within 30 s")
 
     def start_instances(self) -> dict:
@@ -173,5 +275,5 @@ class Command(BaseCommand):
         while time.monotonic() < deadline:
             if predicate():
                 return
-            time.sleep(0.2)
+            self.pause(0.2)
         raise CommandError(f"timed out waiting for {what}")

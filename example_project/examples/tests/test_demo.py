@@ -1,0 +1,198 @@
+"""``manage.py demo`` as a user runs it: the real command in a subprocess, on a fresh SQLite file and a
+port of its own, stopped by a real SIGINT sent the way a terminal sends Ctrl+C.
+
+No database of the test run is touched: each demo gets a copy of a freshly migrated SQLite file, and
+DATABASE_URL and REDIS_URL are removed from its environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+
+EXAMPLE_PROJECT = Path(__file__).resolve().parents[2]
+BANNER_END = "Press Ctrl"  # the line after the banner
+
+
+def demo_env(database: Path) -> dict:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DATABASE_URL", "REDIS_URL", "DEMO_PORT", "PAYMENT_WEBHOOK_SECRET", "Q_LOG_LEVEL")}
+    # pytest-django exports the suite's settings; the demo runs with the example project's own.
+    env["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+    env["SQLITE_PATH"] = str(database)
+    return env
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory) -> Path:
+    database = tmp_path_factory.mktemp("demo") / "migrated.sqlite3"
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=EXAMPLE_PROJECT,
+                   env=demo_env(database), check=True, timeout=120)
+    return database
+
+
+@pytest.fixture
+def database(migrated, tmp_path) -> Path:
+    # A copy per test: migrating takes seconds, copying does not. The migrate process has exited,
+    # so SQLite has folded its write-ahead log back into the file.
+    database = tmp_path / "demo.sqlite3"
+    shutil.copy(migrated, database)
+    return database
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time (so a reused pid is not mistaken for it), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]  # a zombie has exited: only its exit code is left
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """{pid: start time} of every live process below ``pid``."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found and (started := start_time(child)):
+                found[child] = started
+                frontier.append(child)
+    return found
+
+
+class Demo:
+    """One run of the demo command, its output read as it comes."""
+
+    def __init__(self, database: Path, port: int, *args: str):
+        # A process group of its own, as a shell gives each job: the terminal sends Ctrl+C's SIGINT
+        # to the foreground job's whole group, and interrupt() does the same.
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "demo", "--port", str(port), *args], cwd=EXAMPLE_PROJECT,
+            env=demo_env(database), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True, text=True,
+        )
+        self.lines: list[str] = []
+        self.seen: dict[int, str] = {}
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout: float = 40) -> re.Match:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                match = re.search(pattern, "".join(self.lines), re.MULTILINE)
+                if match:
+                    return match
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.process.poll() is not None and not self._reader.is_alive()):
+                    raise AssertionError(f"no {pattern!r} in the demo's output:\n{''.join(self.lines)}")
+                self._changed.wait(min(left, 0.5))
+
+    def note_processes(self) -> dict[int, str]:
+        self.seen.update(descendants(self.process.pid))
+        return self.seen
+
+    def interrupt(self) -> None:
+        os.killpg(self.process.pid, signal.SIGINT)
+
+    def finish(self, timeout: float) -> int:
+        returncode = self.process.wait(timeout)
+        self._reader.join(5)
+        return returncode
+
+    def kill(self) -> None:
+        """Whatever is left, after a failed test: the demo's group and every process it was seen to run."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
+        for pid, started in self.note_processes().items():
+            if start_time(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._reader.join(10)  # the pipe ends when the last process holding it is gone
+        self.process.stdout.close()
+
+
+@pytest.fixture
+def run_demo(database):
+    runs = []
+
+    def run(port: int, *args: str) -> Demo:
+        runs.append(Demo(database, port, *args))
+        return runs[-1]
+
+    yield run
+    for demo in runs:
+        demo.kill()
+
+
+def banner(demo: Demo) -> str:
+    """The output up to the end of the banner (waiting for it)."""
+    end = demo.wait_for(rf"^{BANNER_END}.*$").end()
+    return demo.output[:end]
+
+
+def stop_with_one_ctrl_c(demo: Demo) -> None:
+    """Ctrl+C once: everything stops, promptly, cleanly and quietly."""
+    processes = demo.note_processes()
+    assert len(processes) >= 2, f"the worker and the web server should be running: {processes}"
+    demo.interrupt()
+    assert demo.finish(timeout=30) == 0, demo.output
+    assert "Forced stop" not in demo.output
+    assert "Traceback" not in demo.output
+    deadline = time.monotonic() + 10
+    while (left := {pid for pid, started in processes.items() if start_time(pid) == started}) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"still running after the demo exited: {left}\n{demo.output}"
+
+
+def test_one_ctrl_c_stops_everything_quietly(run_demo):
+    demo = run_demo(free_port())
+    banner(demo)
+    stop_with_one_ctrl_c(demo)

@@ -196,3 +196,33 @@ def test_one_ctrl_c_stops_everything_quietly(run_demo):
     demo = run_demo(free_port())
     banner(demo)
     stop_with_one_ctrl_c(demo)
+
+
+def test_a_quick_restart_keeps_the_port(run_demo):
+    port = free_port()
+    first = run_demo(port)
+    banner(first)
+    # A request that the server closes first: its end of the connection stays in TIME_WAIT for a
+    # minute, as a browser's or curl's does after a real session.
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(b"GET /admin/login/ HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        while client.recv(65536):
+            pass
+    stop_with_one_ctrl_c(first)
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # the situation under test: a bind without SO_REUSEADDR fails
+
+    second = run_demo(port)
+    assert f"http://127.0.0.1:{port}/admin/" in banner(second)
+    stop_with_one_ctrl_c(second)
+
+
+def test_a_taken_port_is_refused_loudly(run_demo):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        demo = run_demo(port)
+        assert demo.finish(timeout=30) == 1, demo.output
+    assert f"Port {port}" in demo.output and "--port" in demo.output and "DEMO_PORT" in demo.output, demo.output
+    assert "Traceback" not in demo.output

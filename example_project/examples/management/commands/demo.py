@@ -68,22 +68,33 @@ def _die_with_the_demo():
     return preexec
 
 
-def free_port(preferred: int) -> int:
-    for port in (preferred, 0):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return probe.getsockname()[1]
-    raise CommandError("no free port for the web server")
+def check_port(port: int) -> int:
+    """``port`` if the web server can listen on it (any free port for 0), else a CommandError saying what to do.
+
+    The probe binds as runserver does, with SO_REUSEADDR: the connections of a demo stopped a moment
+    ago, left in TIME_WAIT for a minute, do not keep the port from it; a program listening there does.
+    The port asked for is the one used, or none: a demo that moved to another port would leave the
+    user's bookmarks and the curl commands they kept pointing at something else.
+    """
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise CommandError(
+                f"Port {port} on 127.0.0.1 is not available ({exc.strerror}): another program, or another "
+                f"demo, listens there. Stop it, or give the demo another port: make demo DEMO_PORT={port + 1}, "
+                f"or manage.py demo --port {port + 1} (--port 0 takes any free port)."
+            ) from None
+        return probe.getsockname()[1]
 
 
 class Command(BaseCommand):
     help = "Start a worker and a web server, one instance of each example workflow, and show where to look."
 
     def add_arguments(self, parser):
-        parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", 8000)))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", 8000)),
+                            help="The web server's port (default: DEMO_PORT, or 8000); 0 takes any free port.")
         parser.add_argument("--exit-when-settled", action="store_true",
                             help="Approve the payment through the API, then exit once every instance settled.")
         parser.add_argument("--timeout", type=float, default=120, help="With --exit-when-settled: give up after this.")
@@ -105,13 +116,13 @@ class Command(BaseCommand):
 
     def run(self, port: int, exit_when_settled: bool, timeout: float) -> None:
         started = time.monotonic()
+        port = check_port(port)
         user, password = self.admin_user()
         token = Token.objects.get_or_create(user=user)[0].key
-        port = free_port(port)
         base = f"http://127.0.0.1:{port}"
         self.spawn("workflows_worker", "--workers", "2")
-        self.spawn("runserver", f"127.0.0.1:{port}", "--noreload")
-        self.wait_for_server(base)
+        server = self.spawn("runserver", f"127.0.0.1:{port}", "--noreload")
+        self.wait_for_server(server, base)
         instances = self.start_instances()
         payment_id = instances["payment-approval"].id
         race_id = instances["payment-race"].id
@@ -210,9 +221,13 @@ class Command(BaseCommand):
             user.save(update_fields=["password"])
         return user, password
 
-    def wait_for_server(self, base: str) -> None:
+    def wait_for_server(self, server: subprocess.Popen, base: str) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
+            if server.poll() is not None:
+                # It printed why (a port taken since check_port looked, say); stop rather than
+                # wait for an answer that will not come, or come from another program.
+                raise CommandError(f"the web server exited with code {server.returncode}: see its error above")
             try:
                 urllib.request.urlopen(f"{base}/admin/login/", timeout=2)
                 return

@@ -2,12 +2,18 @@
 
     python manage.py demo                       # runs until Ctrl+C (once stops gracefully, twice forces)
     python manage.py demo --exit-when-settled   # approves the payment through the API, exits when all settle
+    python manage.py demo -v 2                  # with the worker's and the web server's own logs
+
+The banner (where to look, the credentials, the commands to try) comes once the worker and the web
+server are up, with their start-up logs and the cluster's line per task left out, so that it is the
+last thing on the screen before the activity: a line per change of each instance's state.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import secrets
 import signal
@@ -23,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
 from django_workflows import workflows
+from django_workflows.models import Instance, WorkerHeartbeat
 
 # What each example instance should end as (for --exit-when-settled).
 EXPECTED = {
@@ -89,6 +96,23 @@ def check_port(port: int) -> int:
         return probe.getsockname()[1]
 
 
+def describe_state(row: dict) -> str:
+    """An instance's state in a line: its status, and what it waits for or what it ended with."""
+    status = row["status"]
+    if status == "waiting":
+        if row["waiting_for"]:
+            return f"waiting for {' or '.join(row['waiting_for'])}"
+        until = f" until {row['wake_at'].astimezone():%H:%M:%S}" if row["wake_at"] else ""
+        return f"waiting{until} (step {row['current_step']})"
+    if status == "complete":
+        output = json.dumps(row["output"])
+        return f"complete {output if len(output) <= 90 else output[:89] + '…'}"
+    if status == "errored":
+        error = row["error"] or {}
+        return f"errored {error.get('name')}: {error.get('message')}"
+    return status
+
+
 class Command(BaseCommand):
     help = "Start a worker and a web server, one instance of each example workflow, and show where to look."
 
@@ -99,10 +123,11 @@ class Command(BaseCommand):
                             help="Approve the payment through the API, then exit once every instance settled.")
         parser.add_argument("--timeout", type=float, default=120, help="With --exit-when-settled: give up after this.")
 
-    def handle(self, *args, port, exit_when_settled, timeout, **options):
-        self.children: list[subprocess.Popen] = []
+    def handle(self, *args, port, exit_when_settled, timeout, verbosity, **options):
+        self.children: dict[subprocess.Popen, str] = {}
         self.signals = 0
         self.stopping = False
+        self.quiet = verbosity < 2
         for signum in STOP_SIGNALS:
             signal.signal(signum, self.on_signal)
         try:
@@ -120,16 +145,30 @@ class Command(BaseCommand):
         user, password = self.admin_user()
         token = Token.objects.get_or_create(user=user)[0].key
         base = f"http://127.0.0.1:{port}"
-        self.spawn("workflows_worker", "--workers", "2")
-        server = self.spawn("runserver", f"127.0.0.1:{port}", "--noreload")
-        self.wait_for_server(server, base)
+        if self.quiet:
+            from django_q.conf import logger as q_logger  # configured (to INFO) on import: import it first
+
+            q_logger.setLevel(logging.WARNING)  # this process's "Enqueued" line per instance
+        # The cluster logs at INFO a line per task it takes and one per task done: a dozen lines a
+        # second while the examples run, which would scroll the banner away. Warnings still show.
+        worker = self.spawn("the worker", "workflows_worker", "--workers", "2",
+                            env={**os.environ, "Q_LOG_LEVEL": "WARNING"} if self.quiet else None)
+        # runserver's stdout has only its start-up banner; requests and errors go to stderr.
+        server = self.spawn("the web server", "runserver", f"127.0.0.1:{port}", "--noreload",
+                            stdout=subprocess.DEVNULL if self.quiet else None)
+        self.wait_for_server(server, port)
+        self.wait_for_worker(worker)
         instances = self.start_instances()
         payment_id = instances["payment-approval"].id
         race_id = instances["payment-race"].id
         self.stdout.write(self.style.SUCCESS(f"\nUp in {time.monotonic() - started:.1f} s.\n"))
         self.stdout.write(f"  Admin:     {base}/admin/   (user admin, password {password})")
-        self.stdout.write(f"  API:       {base}/workflows/   (token {token})")
-        self.stdout.write("  Approve the payment through the API:\n")
+        self.stdout.write(f"  API:       {base}/workflows/   (token {token})\n")
+        self.stdout.write("  One instance of each example:")
+        width = max(map(len, instances))
+        for name, instance in instances.items():
+            self.stdout.write(f"    {name:<{width}}  {instance.id}")
+        self.stdout.write("\n  Approve the payment through the API:\n")
         self.stdout.write(
             f"    curl -X POST {base}/workflows/payment-approval/instances/{payment_id}/events/manager-approval/ "
             f"-H 'Authorization: Token {token}' -H 'Content-Type: application/json' "
@@ -141,13 +180,13 @@ class Command(BaseCommand):
             "b'{\\\"id\\\": 1}'))\"   # then POST the body with X-Workflows-Signature to "
             f"{base}/workflows/payment-race/instances/{race_id}/webhooks/payment-success/\n"
         )
+        more = "" if self.quiet else "; above and below, the worker's and the web server's logs"
+        self.stdout.write(f"Activity (Ctrl+C stops the demo{more}):")
+        self.stdout.flush()
         if exit_when_settled:
             self.settle(base, token, instances, timeout)
             return
-        self.stdout.write("Press Ctrl+C to stop.")
-        self.stdout.flush()
-        while True:
-            self.pause(0.5)
+        self.watch(instances)
 
     # The children and the signals.
 
@@ -167,15 +206,20 @@ class Command(BaseCommand):
                 return
             time.sleep(min(left, 0.1))
 
-    def spawn(self, *args: str, **popen) -> subprocess.Popen:
+    def spawn(self, what: str, *args: str, **popen) -> subprocess.Popen:
         # A session of its own: Ctrl+C makes the terminal send SIGINT to its whole foreground process
         # group. Were the worker in it, it would get that SIGINT and then the demo's SIGTERM: two
         # signals, which the worker takes as the order to force its stop. The demo alone gets the
         # signal and passes it on, once.
         child = subprocess.Popen([sys.executable, str(MANAGE_PY), *args], stdin=subprocess.DEVNULL,
                                  start_new_session=True, preexec_fn=_die_with_the_demo(), **popen)
-        self.children.append(child)
+        self.children[child] = what
         return child
+
+    def check_children(self) -> None:
+        for child, what in self.children.items():
+            if child.poll() is not None:
+                raise CommandError(f"{what} exited with code {child.returncode}: see its output above")
 
     def alive(self) -> list[subprocess.Popen]:
         return [child for child in self.children if child.poll() is None]
@@ -221,19 +265,32 @@ class Command(BaseCommand):
             user.save(update_fields=["password"])
         return user, password
 
-    def wait_for_server(self, server: subprocess.Popen, base: str) -> None:
+    def wait_for_server(self, server: subprocess.Popen, port: int) -> None:
+        # A connection without a request: runserver accepts connections once it serves the project,
+        # and one that sends nothing is not logged.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if server.poll() is not None:
-                # It printed why (a port taken since check_port looked, say); stop rather than
-                # wait for an answer that will not come, or come from another program.
-                raise CommandError(f"the web server exited with code {server.returncode}: see its error above")
+            # Exited: it printed why (a port taken since check_port looked, say). Stop rather than
+            # wait for an answer that will not come, or that would come from another program.
+            self.check_children()
             try:
-                urllib.request.urlopen(f"{base}/admin/login/", timeout=2)
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
                 return
             except OSError:
                 self.pause(0.2)
-        raise CommandError(f"the web server did not answer at {base} within 30 s")
+        raise CommandError(f"the web server did not listen on port {port} within 30 s")
+
+    def wait_for_worker(self, worker: subprocess.Popen) -> None:
+        # Up once its django-q2 cluster answered the probe the worker sends it on starting: after
+        # the cluster's start-up logs, which the banner must follow.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.check_children()
+            if WorkerHeartbeat.objects.filter(pid=worker.pid, hostname=socket.gethostname(),
+                                              probe_answered_at__isnull=False).exists():
+                return
+            self.pause(0.2)
+        raise CommandError("the worker's cluster took no task within 60 s")
 
     def start_instances(self) -> dict:
         params = {
@@ -244,11 +301,27 @@ class Command(BaseCommand):
             "flaky-step": {},
             "plain-sleep": {"duration": "5 seconds"},
         }
-        instances = {}
-        for name, value in params.items():
-            instances[name] = workflows.get(name).create(params=value)
-            self.stdout.write(f"  started {name} {instances[name].id}")
-        return instances
+        return {name: workflows.get(name).create(params=value) for name, value in params.items()}
+
+    def watch(self, instances: dict) -> None:
+        """A line per change of an instance's state, until a stop is asked or a child dies."""
+        names = {instance.id: name for name, instance in instances.items()}
+        width = max(map(len, instances))
+        shown: dict[str, str] = {}
+        while True:
+            rows = Instance.objects.filter(instance_id__in=names).values(
+                "instance_id", "workflow_name", "status", "current_step", "waiting_for", "wake_at", "output", "error"
+            ).order_by("created_at")
+            states = {names[row["instance_id"]]: describe_state(row) for row in rows
+                      if row["workflow_name"] == names[row["instance_id"]]}
+            for name, state in states.items():
+                # Queued is where each starts, as the banner said: only what comes after is news.
+                if shown.get(name, "queued") != state:
+                    shown[name] = state
+                    self.stdout.write(f"  {time.strftime('%H:%M:%S')}  {name:<{width}}  {state}")
+            self.stdout.flush()
+            self.check_children()
+            self.pause(0.5)
 
     def api(self, base: str, token: str, path: str, body=None, headers=None):
         request = urllib.request.Request(

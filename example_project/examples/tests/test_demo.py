@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-
 EXAMPLE_PROJECT = Path(__file__).resolve().parents[2]
 BANNER_END = "Activity"  # the line after the banner: what follows is what the instances do
 
@@ -95,8 +94,8 @@ class Demo:
         # to the foreground job's whole group, and interrupt() does the same.
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "demo", "--port", str(port), *args], cwd=EXAMPLE_PROJECT,
-            env=demo_env(database), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, text=True,
+            env=demo_env(database), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True, text=True,
         )
         self.lines: list[str] = []
         self.seen: dict[int, str] = {}
@@ -203,6 +202,19 @@ def test_one_ctrl_c_stops_everything_quietly(run_demo):
     stop_with_one_ctrl_c(demo)
 
 
+def test_the_webhook_hint_works_from_a_plain_shell(run_demo, tmp_path):
+    demo = run_demo(free_port())
+    hint = next(line for line in banner(demo).splitlines() if "/webhooks/payment-success/" in line).strip()
+    # As from the user's shell, not the virtualenv's: its bin directory is not on PATH.
+    shell = subprocess.run(["sh", "-c", hint], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                           env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert shell.returncode == 0, shell
+    answer = shell.stdout.replace(" ", "")
+    assert '"accepted":true' in answer and '"type":"payment-success"' in answer, shell  # the API's 202
+    demo.wait_for(r"^  \d\d:\d\d:\d\d  payment-race +complete .*\"paid\"", timeout=20)
+    stop_with_one_ctrl_c(demo)
+
+
 def test_a_quick_restart_keeps_the_port(run_demo):
     port = free_port()
     first = run_demo(port)
@@ -229,5 +241,6 @@ def test_a_taken_port_is_refused_loudly(run_demo):
         port = taken.getsockname()[1]
         demo = run_demo(port)
         assert demo.finish(timeout=30) == 1, demo.output
-    assert f"Port {port}" in demo.output and "--port" in demo.output and "DEMO_PORT" in demo.output, demo.output
+    assert f"Port {port} " in demo.output, demo.output
+    assert "--port" in demo.output and "DEMO_PORT" in demo.output, demo.output
     assert "Traceback" not in demo.output

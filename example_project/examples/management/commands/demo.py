@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -29,6 +30,7 @@ from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
 from django_workflows import workflows
+from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, WorkerHeartbeat
 
 # What each example instance should end as (for --exit-when-settled).
@@ -76,7 +78,7 @@ def _die_with_the_demo():
 
 
 def check_port(port: int) -> int:
-    """``port`` if the web server can listen on it (any free port for 0), else a CommandError saying what to do.
+    """``port`` if the web server can listen on it (a free one for 0), else a CommandError saying what to do.
 
     The probe binds as runserver does, with SO_REUSEADDR: the connections of a demo stopped a moment
     ago, left in TIME_WAIT for a minute, do not keep the port from it; a program listening there does.
@@ -90,10 +92,32 @@ def check_port(port: int) -> int:
         except OSError as exc:
             raise CommandError(
                 f"Port {port} on 127.0.0.1 is not available ({exc.strerror}): another program, or another "
-                f"demo, listens there. Stop it, or give the demo another port: make demo DEMO_PORT={port + 1}, "
-                f"or manage.py demo --port {port + 1} (--port 0 takes any free port)."
+                "demo, listens there. Stop it, or give the demo another port: "
+                f"make demo DEMO_PORT={port + 1}, or manage.py demo --port {port + 1} "
+                "(--port 0 takes any free port)."
             ) from None
         return probe.getsockname()[1]
+
+
+def webhook_command(base: str, race_id: str) -> str:
+    """A shell command that signs a payment-success webhook for the race and posts it with curl.
+
+    It signs when it runs (a signature carries its time, and is refused after
+    WEBHOOK_TOLERANCE_SECONDS), with this very Python by its absolute path: the user's shell has
+    neither the virtualenv's python on its PATH nor, in its own python, django_workflows.
+    """
+    python = os.path.normpath(os.path.abspath(sys.executable))  # not resolved: a venv's python is a symlink
+    secret = workflow_settings.WEBHOOK_SECRETS["payment-race"]
+    signer = ("import sys; from django_workflows.webhooks import sign; "
+              "print(sign(sys.argv[1], sys.argv[2].encode()))")
+    body = json.dumps({"payment_id": "pay_1"})
+    return (
+        f"body={shlex.quote(body)}; curl -sS -w '\\n' -X POST "
+        f"{base}/workflows/payment-race/instances/{race_id}/webhooks/payment-success/ "
+        "-H 'Content-Type: application/json' -H 'X-Workflows-Source: demo' "
+        f'-H "X-Workflows-Signature: $({shlex.quote(python)} -c {shlex.quote(signer)} {shlex.quote(secret)} '
+        '"$body")" -d "$body"'
+    )
 
 
 def describe_state(row: dict) -> str:
@@ -118,7 +142,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", 8000)),
-                            help="The web server's port (default: DEMO_PORT, or 8000); 0 takes any free port.")
+                            help="The web server's port (default: DEMO_PORT, or 8000); 0 takes any free one.")
         parser.add_argument("--exit-when-settled", action="store_true",
                             help="Approve the payment through the API, then exit once every instance settled.")
         parser.add_argument("--timeout", type=float, default=120, help="With --exit-when-settled: give up after this.")
@@ -159,34 +183,33 @@ class Command(BaseCommand):
         self.wait_for_server(server, port)
         self.wait_for_worker(worker)
         instances = self.start_instances()
-        payment_id = instances["payment-approval"].id
-        race_id = instances["payment-race"].id
-        self.stdout.write(self.style.SUCCESS(f"\nUp in {time.monotonic() - started:.1f} s.\n"))
-        self.stdout.write(f"  Admin:     {base}/admin/   (user admin, password {password})")
-        self.stdout.write(f"  API:       {base}/workflows/   (token {token})\n")
-        self.stdout.write("  One instance of each example:")
-        width = max(map(len, instances))
-        for name, instance in instances.items():
-            self.stdout.write(f"    {name:<{width}}  {instance.id}")
-        self.stdout.write("\n  Approve the payment through the API:\n")
-        self.stdout.write(
-            f"    curl -X POST {base}/workflows/payment-approval/instances/{payment_id}/events/manager-approval/ "
-            f"-H 'Authorization: Token {token}' -H 'Content-Type: application/json' "
-            "-d '{\"outcome\": \"approved\"}'\n"
-        )
-        self.stdout.write("  Win the payment race with a signed webhook:\n")
-        self.stdout.write(
-            "    python -c \"from django_workflows.webhooks import sign; print(sign('demo-webhook-secret', "
-            "b'{\\\"id\\\": 1}'))\"   # then POST the body with X-Workflows-Signature to "
-            f"{base}/workflows/payment-race/instances/{race_id}/webhooks/payment-success/\n"
-        )
-        more = "" if self.quiet else "; above and below, the worker's and the web server's logs"
-        self.stdout.write(f"Activity (Ctrl+C stops the demo{more}):")
-        self.stdout.flush()
+        self.banner(f"Up in {time.monotonic() - started:.1f} s.", base, password, token, instances)
         if exit_when_settled:
             self.settle(base, token, instances, timeout)
             return
         self.watch(instances)
+
+    def banner(self, up: str, base: str, password: str, token: str, instances: dict) -> None:
+        write = self.stdout.write
+        write(self.style.SUCCESS(f"\n{up}\n"))
+        write(f"  Admin:     {base}/admin/   (user admin, password {password})")
+        write(f"  API:       {base}/workflows/   (token {token})\n")
+        write("  One instance of each example:")
+        width = max(map(len, instances))
+        for name, instance in instances.items():
+            write(f"    {name:<{width}}  {instance.id}")
+        write("\n  Approve the payment through the API:\n")
+        payment = instances["payment-approval"].id
+        write(f"    curl -X POST {base}/workflows/payment-approval/instances/{payment}"
+              f"/events/manager-approval/ -H 'Authorization: Token {token}' "
+              "-H 'Content-Type: application/json' -d '{\"outcome\": \"approved\"}'\n")
+        tolerance = workflow_settings.WEBHOOK_TOLERANCE_SECONDS
+        write("  Win the payment race with a webhook, signed as a payment provider signs it (the command")
+        write(f"  signs when you run it: a signature is good for {tolerance} s):\n")
+        write(f"    {webhook_command(base, instances['payment-race'].id)}\n")
+        more = "" if self.quiet else "; above and below, the worker's and the web server's logs"
+        write(f"Activity (Ctrl+C stops the demo{more}):")
+        self.stdout.flush()
 
     # The children and the signals.
 
@@ -309,9 +332,9 @@ class Command(BaseCommand):
         width = max(map(len, instances))
         shown: dict[str, str] = {}
         while True:
-            rows = Instance.objects.filter(instance_id__in=names).values(
-                "instance_id", "workflow_name", "status", "current_step", "waiting_for", "wake_at", "output", "error"
-            ).order_by("created_at")
+            rows = Instance.objects.filter(instance_id__in=names).order_by("created_at").values(
+                "instance_id", "workflow_name", "status", "current_step", "waiting_for", "wake_at", "output",
+                "error")
             states = {names[row["instance_id"]]: describe_state(row) for row in rows
                       if row["workflow_name"] == names[row["instance_id"]]}
             for name, state in states.items():
@@ -345,8 +368,9 @@ class Command(BaseCommand):
             raise CommandError(f"the API answered {status} to the approval")
         self.wait(lambda: race.status()["status"] == "waiting", deadline, "the race to wait for its webhooks")
         body = json.dumps({"payment_id": "pay_1"}).encode()
+        secret = workflow_settings.WEBHOOK_SECRETS["payment-race"]
         status, _ = self.api(base, token, f"/workflows/payment-race/instances/{race.id}/webhooks/payment-success/",
-                             body, {"X-Workflows-Signature": sign("demo-webhook-secret", body),
+                             body, {"X-Workflows-Signature": sign(secret, body),
                                     "X-Workflows-Source": "demo"})
         if status != 202:
             raise CommandError(f"the API answered {status} to the webhook")

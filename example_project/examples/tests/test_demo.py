@@ -212,6 +212,7 @@ def test_the_webhook_hint_works_from_a_plain_shell(run_demo, tmp_path):
     answer = shell.stdout.replace(" ", "")
     assert '"accepted":true' in answer and '"type":"payment-success"' in answer, shell  # the API's 202
     demo.wait_for(r"^  \d\d:\d\d:\d\d  payment-race +complete .*\"paid\"", timeout=20)
+    assert "[Q]" not in demo.output  # the web server took the event quietly too
     stop_with_one_ctrl_c(demo)
 
 

@@ -174,11 +174,12 @@ class Command(BaseCommand):
 
             q_logger.setLevel(logging.WARNING)  # this process's "Enqueued" line per instance
         # The cluster logs at INFO a line per task it takes and one per task done: a dozen lines a
-        # second while the examples run, which would scroll the banner away. Warnings still show.
-        worker = self.spawn("the worker", "workflows_worker", "--workers", "2",
-                            env={**os.environ, "Q_LOG_LEVEL": "WARNING"} if self.quiet else None)
+        # second while the examples run, which would scroll the banner away; and the web server an
+        # "Enqueued" line per event the API takes. Warnings still show.
+        env = {**os.environ, "Q_LOG_LEVEL": "WARNING"} if self.quiet else None
+        worker = self.spawn("the worker", "workflows_worker", "--workers", "2", env=env)
         # runserver's stdout has only its start-up banner; requests and errors go to stderr.
-        server = self.spawn("the web server", "runserver", f"127.0.0.1:{port}", "--noreload",
+        server = self.spawn("the web server", "runserver", f"127.0.0.1:{port}", "--noreload", env=env,
                             stdout=subprocess.DEVNULL if self.quiet else None)
         self.wait_for_server(server, port)
         self.wait_for_worker(worker)

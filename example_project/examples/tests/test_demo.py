@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from examples.workflows import OrderFulfilment
+
 EXAMPLE_PROJECT = Path(__file__).resolve().parents[2]
 BANNER_END = "Activity"  # the line after the banner: what follows is what the instances do
 
@@ -197,6 +199,9 @@ def test_one_ctrl_c_stops_everything_quietly(run_demo):
     # The banner comes after the worker's and the web server's start-up, and quiets them:
     # nothing of theirs before it to scroll it away.
     assert "[Q]" not in start and "Starting development server" not in start, start
+    # Every example is named with what it shows (its docstring's first line), order-fulfilment too.
+    summary = OrderFulfilment.__doc__.splitlines()[0]
+    assert re.search(rf"^ +order-fulfilment +{re.escape(summary)}$", start, re.MULTILINE), start
     # Then the activity: here the end of the saga, which needs nobody.
     demo.wait_for(r"^  \d\d:\d\d:\d\d  order-saga +complete .*\"confirmed\"", timeout=20)
     stop_with_one_ctrl_c(demo)

@@ -31,6 +31,7 @@ from rest_framework.authtoken.models import Token
 
 from django_workflows import workflows
 from django_workflows.conf import workflow_settings
+from django_workflows.definition import registry
 from django_workflows.models import Instance, WorkerHeartbeat
 
 # What each example instance should end as (for --exit-when-settled).
@@ -41,6 +42,7 @@ EXPECTED = {
     "payment-race": ("complete", {"status": "paid"}),
     "flaky-step": ("complete", None),
     "plain-sleep": ("complete", None),
+    "order-fulfilment": ("complete", None),
 }
 
 
@@ -195,10 +197,11 @@ class Command(BaseCommand):
         write(self.style.SUCCESS(f"\n{up}\n"))
         write(f"  Admin:     {base}/admin/   (user admin, password {password})")
         write(f"  API:       {base}/workflows/   (token {token})\n")
-        write("  One instance of each example:")
+        # What each example shows, from its docstring: the line the admin's list of workflows shows too.
+        write("  One instance of each example (example_project/examples/workflows.py):")
         width = max(map(len, instances))
-        for name, instance in instances.items():
-            write(f"    {name:<{width}}  {instance.id}")
+        for name in instances:
+            write(f"    {name:<{width}}  {(registry.get(name).__doc__ or '').strip().splitlines()[0]}")
         write("\n  Approve the payment through the API:\n")
         payment = instances["payment-approval"].id
         write(f"    curl -X POST {base}/workflows/payment-approval/instances/{payment}"
@@ -324,6 +327,7 @@ class Command(BaseCommand):
             "payment-race": {"order_id": 43},
             "flaky-step": {},
             "plain-sleep": {"duration": "5 seconds"},
+            "order-fulfilment": {"order_id": 44, "items": ["mug"]},
         }
         return {name: workflows.get(name).create(params=value) for name, value in params.items()}
 

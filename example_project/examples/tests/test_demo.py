@@ -91,11 +91,11 @@ def descendants(pid: int) -> dict[int, str]:
 class Demo:
     """One run of the demo command, its output read as it comes."""
 
-    def __init__(self, database: Path, port: int, *args: str):
+    def __init__(self, database: Path, port: int, *args: str, prefix: tuple[str, ...] = ()):
         # A process group of its own, as a shell gives each job: the terminal sends Ctrl+C's SIGINT
         # to the foreground job's whole group, and interrupt() does the same.
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "demo", "--port", str(port), *args], cwd=EXAMPLE_PROJECT,
+            [*prefix, sys.executable, "manage.py", "demo", "--port", str(port), *args], cwd=EXAMPLE_PROJECT,
             env=demo_env(database), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True, text=True,
         )
@@ -163,8 +163,8 @@ class Demo:
 def run_demo(database):
     runs = []
 
-    def run(port: int, *args: str) -> Demo:
-        runs.append(Demo(database, port, *args))
+    def run(port: int, *args: str, prefix: tuple[str, ...] = ()) -> Demo:
+        runs.append(Demo(database, port, *args, prefix=prefix))
         return runs[-1]
 
     yield run
@@ -204,6 +204,15 @@ def test_one_ctrl_c_stops_everything_quietly(run_demo):
     assert re.search(rf"^ +order-fulfilment +{re.escape(summary)}$", start, re.MULTILINE), start
     # Then the activity: here the end of the saga, which needs nobody.
     demo.wait_for(r"^  \d\d:\d\d:\d\d  order-saga +complete .*\"confirmed\"", timeout=20)
+    stop_with_one_ctrl_c(demo)
+
+
+def test_under_nohup_a_hangup_leaves_it_running(run_demo):
+    demo = run_demo(free_port(), prefix=("nohup",))
+    banner(demo)
+    os.killpg(demo.process.pid, signal.SIGHUP)  # the terminal closing
+    time.sleep(1)  # the demo looks at its signals every tenth of a second
+    assert demo.process.poll() is None and "Stopping" not in demo.output, demo.output
     stop_with_one_ctrl_c(demo)
 
 

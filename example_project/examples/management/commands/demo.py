@@ -155,7 +155,9 @@ class Command(BaseCommand):
         self.stopping = False
         self.quiet = verbosity < 2
         for signum in STOP_SIGNALS:
-            signal.signal(signum, self.on_signal)
+            # One ignored stays ignored: SIGHUP under nohup, SIGINT in a job a script put in the background.
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, self.on_signal)
         try:
             self.run(port, exit_when_settled, timeout)
         except Interrupted:

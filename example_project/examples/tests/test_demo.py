@@ -68,20 +68,26 @@ def start_time(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]  # a zombie has exited: only its exit code is left
 
 
-def descendants(pid: int) -> dict[int, str]:
-    """{pid: start time} of every live process below ``pid``."""
-    parents = {}
+def parents() -> dict[int, int]:
+    """{pid: parent pid} of every process."""
+    found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+                    found[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
+    return found
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """{pid: start time} of every live process below ``pid``."""
+    parents_ = parents()
     found, frontier = {}, [pid]
     while frontier:
         parent = frontier.pop()
-        for child, its_parent in parents.items():
+        for child, its_parent in parents_.items():
             if its_parent == parent and child not in found and (started := start_time(child)):
                 found[child] = started
                 frontier.append(child)
@@ -178,6 +184,14 @@ def banner(demo: Demo) -> str:
     return demo.output[:end]
 
 
+def assert_gone(processes: dict[int, str], demo: Demo) -> None:
+    deadline = time.monotonic() + 10
+    while (left := {pid for pid, started in processes.items() if start_time(pid) == started}) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"still running after the demo exited: {left}\n{demo.output}"
+
+
 def stop_with_one_ctrl_c(demo: Demo) -> None:
     """Ctrl+C once: everything stops, promptly, cleanly and quietly."""
     processes = demo.note_processes()
@@ -186,11 +200,7 @@ def stop_with_one_ctrl_c(demo: Demo) -> None:
     assert demo.finish(timeout=30) == 0, demo.output
     assert "Forced stop" not in demo.output
     assert "Traceback" not in demo.output
-    deadline = time.monotonic() + 10
-    while (left := {pid for pid, started in processes.items() if start_time(pid) == started}) and \
-            time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"still running after the demo exited: {left}\n{demo.output}"
+    assert_gone(processes, demo)
 
 
 def test_one_ctrl_c_stops_everything_quietly(run_demo):
@@ -205,6 +215,25 @@ def test_one_ctrl_c_stops_everything_quietly(run_demo):
     # Then the activity: here the end of the saga, which needs nobody.
     demo.wait_for(r"^  \d\d:\d\d:\d\d  order-saga +complete .*\"confirmed\"", timeout=20)
     stop_with_one_ctrl_c(demo)
+
+
+def test_a_second_ctrl_c_forces(run_demo):
+    demo = run_demo(free_port())
+    banner(demo)
+    processes = demo.note_processes()
+    worker = next(pid for pid, parent in parents().items() if parent == demo.process.pid
+                  and b"workflows_worker" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    # The worker's cluster frozen, as by a replay that takes its time: a graceful stop waits for it.
+    for pid in descendants(worker):
+        os.kill(pid, signal.SIGSTOP)
+    demo.interrupt()
+    demo.wait_for("^Stopping")
+    time.sleep(1)
+    assert demo.process.poll() is None and "Forced stop" not in demo.output, demo.output
+    demo.interrupt()
+    assert demo.finish(timeout=15) == 1, demo.output
+    assert "Forced stop." in demo.output and "Traceback" not in demo.output, demo.output  # the worker's
+    assert_gone(processes, demo)  # SIGKILL ends stopped processes too
 
 
 def test_under_nohup_a_hangup_leaves_it_running(run_demo):

@@ -93,6 +93,8 @@ Q_CLUSTER = {
     "queue_limit": 8,
     "poll": 0.1,
     "catch_up": False,
+    # Q_LOG_LEVEL=WARNING leaves out the cluster's lines per task (the demo runs its worker so).
+    "log_level": os.environ.get("Q_LOG_LEVEL", "INFO"),
 }
 if os.environ.get("REDIS_URL"):
     _redis = urlparse(os.environ["REDIS_URL"])

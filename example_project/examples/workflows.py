@@ -1,5 +1,6 @@
 """The examples of Cloudflare's Workflows announcement, ported: a document pipeline, a payment
-approval, an order saga, a race of two webhooks, a flaky step and a plain sleep.
+approval, an order saga, a race of two webhooks, a flaky step and a plain sleep; and the smallest
+workflow of all, order-fulfilment, to read first.
 
 Every service call passes an idempotency key made of the instance id and the step, so a step
 that runs again after a crash is recognised by the service.
@@ -134,7 +135,15 @@ class PlainSleep(WorkflowEntrypoint):
 
 
 class OrderFulfilment(WorkflowEntrypoint):
-    """Reserve, wait a little, then ship: the smallest workflow with a durable sleep."""
+    """The smallest example, to read first: reserve, sleep 2 seconds (durably), ship.
+
+    Not one of Cloudflare's examples, nor a saga (order-saga is the order that undoes its steps):
+    two steps around a sleep, calling no outside service, so nothing in it fails. The sleep is a
+    row in the database, not a sleeping process: a worker stopped during it, and started again,
+    carries on with "ship", without doing "reserve-inventory" again.
+    """
+
+    name = "order-fulfilment"
 
     def run(self, event, step):
         order = event.payload

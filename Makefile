@@ -65,12 +65,13 @@ chaos: $(VENV)/.installed
 DEMO_ARGS ?=
 
 demo: $(VENV)/.installed-demo
-	cd example_project && ../$(PY) manage.py migrate -v 0 && ../$(PY) manage.py demo $(DEMO_ARGS)
+	@# exec: Ctrl+C reaches the demo alone, which stops its children; make has nothing left to interrupt.
+	cd example_project && ../$(PY) manage.py migrate -v 0 && exec ../$(PY) manage.py demo $(DEMO_ARGS)
 
 # What CI runs: the demo on a fresh SQLite file, exiting once every instance settled.
 demo-smoke: $(VENV)/.installed-demo
 	rm -f example_project/demo-smoke.sqlite3*
-	SQLITE_PATH=$(CURDIR)/example_project/demo-smoke.sqlite3 $(MAKE) demo DEMO_ARGS="--exit-when-settled --port 8765"
+	SQLITE_PATH=$(CURDIR)/example_project/demo-smoke.sqlite3 $(MAKE) demo DEMO_ARGS="--exit-when-settled --port 0"
 
 clean:
 	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3* dist

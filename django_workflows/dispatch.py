@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import connections, router, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, Value, When
 
-from django_workflows import clock
+from django_workflows import clock, leases
 from django_workflows.conf import workflow_settings
 from django_workflows.engine import enqueue
 from django_workflows.models import Instance, InstanceStatus
@@ -66,7 +66,8 @@ def next_wake_time() -> datetime | None:
 def sweep(now: datetime | None = None) -> int:
     """Re-enqueue replays that will not happen otherwise; return how many.
 
-    - an instance whose lease expired (its worker died mid-replay) is queued again, counting the crash,
+    - an instance whose lease expired (its worker died mid-replay) is queued again, counting the crash
+      unless the replay journaled a finished step,
       or, if it was waiting for a pause, paused;
     - an instance queued for longer than ``REDISPATCH_SECONDS`` (its task was lost, as the Redis broker
       loses the task of a worker that dies) gets its replay enqueued again.
@@ -85,7 +86,7 @@ def sweep(now: datetime | None = None) -> int:
                     When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.PAUSED)),
                     default=Value(InstanceStatus.QUEUED),
                 ),
-                crash_count=F("crash_count") + 1, lease_owner="", lease_expires_at=None, updated_at=now,
+                crash_count=leases.crash_counted(), lease_owner="", lease_expires_at=None, updated_at=now,
             )
             for pk in Instance.objects.filter(pk__in=expired, status=InstanceStatus.QUEUED).values_list(
                 "pk", flat=True

@@ -17,7 +17,7 @@ from django.db import connections, router
 
 from django_workflows import clock, rows
 from django_workflows.conf import workflow_settings
-from django_workflows.models import Instance, InstanceStatus
+from django_workflows.models import Instance, InstanceStatus, Step
 
 
 class LeaseKeeper:
@@ -81,6 +81,24 @@ keeper = LeaseKeeper()
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count")
 
 
+# The crash count after a replay died holding the lease: reset if it journaled a finished step under
+# that lease (updated_at is when it took the lease; a renewal does not touch it), one more otherwise.
+# Only replays that die without progress lead to poison: a step longer than the task queue's timeout
+# that still finishes one step per replay is slow, not poisonous.
+_CRASH_COUNTED = (
+    "CASE WHEN EXISTS (SELECT 1 FROM {steps} cs WHERE cs.instance_id = {instance}.id "
+    "AND cs.ended_at >= {instance}.updated_at) THEN 0 ELSE crash_count + 1 END"
+)
+
+
+def crash_counted():
+    """``_CRASH_COUNTED`` as a query expression, for the sweeper's UPDATE of expired leases."""
+    from django.db.models import Case, Exists, F, OuterRef, Value, When
+
+    progressed = Step.objects.filter(instance=OuterRef("pk"), ended_at__gte=OuterRef("updated_at"))
+    return Case(When(Exists(progressed), then=Value(0)), default=F("crash_count") + 1)
+
+
 def take(instance_pk: int, owner: str, now, lease_seconds: float):
     """Take the instance's lease if it is runnable, bumping its epoch; return the instance, or None.
 
@@ -92,11 +110,13 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float):
     connection = connections[alias]
     ops = connection.ops
     table = ops.quote_name(Instance._meta.db_table)
+    steps = ops.quote_name(Step._meta.db_table)
     sql = (
         f"UPDATE {table} SET "
         "status = CASE WHEN status = %s THEN status ELSE %s END, "
         "epoch = epoch + 1, "
-        "crash_count = CASE WHEN status IN (%s, %s) THEN crash_count + 1 ELSE crash_count END, "
+        f"crash_count = CASE WHEN status IN (%s, %s) THEN ({_CRASH_COUNTED.format(instance=table, steps=steps)}) "
+        "ELSE crash_count END, "
         "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, "
         "started_at = COALESCE(started_at, %s), updated_at = %s "
         "WHERE id = %s AND (status IN (%s, %s) OR (status IN (%s, %s) AND lease_expires_at < %s)) "

@@ -60,6 +60,49 @@ def test_sweep_requeues_expired_leases_counting_the_crash(workflows_env):
     assert Instance.objects.get(pk=instance.pk).crash_count == 0
 
 
+def _died_holding_the_lease(workflows_env, *, crash_count: int, finished_a_step: bool) -> Instance:
+    """An instance whose replay took the lease at T0, journaled a step (or not) and died."""
+    from django_workflows.models import Step
+
+    instance = workflows.get("three-steps").create()
+    workflows_env.executor.reset()
+    taken_at = workflows_env.now - timedelta(minutes=5)
+    Instance.objects.filter(pk=instance.pk).update(
+        status="running", crash_count=crash_count, updated_at=taken_at, epoch=1,
+        lease_expires_at=workflows_env.now - timedelta(seconds=1))
+    Step.objects.create(instance_id=instance.pk, key="a-1", name="a", kind="do", result=1,
+                        status="succeeded" if finished_a_step else "retrying", started_at=taken_at,
+                        ended_at=taken_at + timedelta(minutes=1) if finished_a_step else None)
+    return instance
+
+
+@pytest.mark.parametrize("finished_a_step, counted", [(True, 0), (False, 3)])
+def test_the_sweeper_counts_toward_poison_only_replays_that_died_without_progress(
+        workflows_env, finished_a_step, counted):
+    instance = _died_holding_the_lease(workflows_env, crash_count=2, finished_a_step=finished_a_step)
+    assert sweep() == 1
+    assert Instance.objects.get(pk=instance.pk).crash_count == counted
+
+
+@pytest.mark.parametrize("finished_a_step, counted", [(True, 0), (False, 3)])
+def test_taking_over_an_expired_lease_counts_only_replays_that_died_without_progress(
+        workflows_env, finished_a_step, counted):
+    from django_workflows import leases
+
+    instance = _died_holding_the_lease(workflows_env, crash_count=2, finished_a_step=finished_a_step)
+    taken = leases.take(instance.pk, "another-worker", workflows_env.now, 60)
+    assert taken.crash_count == counted == Instance.objects.get(pk=instance.pk).crash_count
+
+
+def test_a_replay_that_progressed_before_dying_is_not_parked(workflows_env, settings):
+    settings.DJANGO_WORKFLOWS = {"POISON_LIMIT": 3}
+    instance = _died_holding_the_lease(workflows_env, crash_count=2, finished_a_step=True)
+    sweep()
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "complete"
+    assert calls == {"b": 1, "c": 1}  # the journaled step was not run again
+
+
 def test_sweep_redispatches_instances_queued_too_long(workflows_env):
     instance = workflows.get("three-steps").create()
     workflows_env.executor.reset()  # the task is "lost"

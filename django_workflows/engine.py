@@ -19,7 +19,7 @@ import time
 import traceback
 from datetime import UTC, datetime, timedelta
 
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 
 from django_workflows import clock, leases
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
@@ -39,7 +39,16 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.executors import get_executor
-from django_workflows.journal import WAITING_UNLESS_PAUSE_ASKED, Entry, Fenced, JournalWriter, encoded, load
+from django_workflows.journal import (
+    WAITING_UNLESS_PAUSE_ASKED,
+    Entry,
+    Fenced,
+    JournalWriter,
+    StoreError,
+    encoded,
+    engine_statements,
+    load,
+)
 from django_workflows.models import Event, Instance, InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import StepPolicy, build_policy
 from django_workflows.serialization import NotJournalable, encode, storable_text
@@ -52,6 +61,10 @@ MAX_WAIT = timedelta(days=365)
 EVENT_TYPE_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9-_]*$")
 
 _ZERO = timedelta(0)
+# After a StoreError: when the wake-up loop replays the instance again, and the pauses between the
+# attempts to give its lease back (the database may be restarting or failing over).
+ABANDONED_REPLAY_DELAY = timedelta(seconds=2)
+ABANDON_PAUSES = (0.0, 0.5, 2.0)
 _USER_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
 
 
@@ -212,6 +225,8 @@ def replay(instance_pk: int) -> bool:
     try:
         with leases.keeper.hold(instance_pk, instance.epoch):
             outcome = current.run()
+    except StoreError:
+        outcome = current.abandon()
     finally:
         current.writer.close()
         replay_finished.send(sender=Instance, outcome=outcome, released=current.released or time.time(),
@@ -242,6 +257,24 @@ class Replay:
         except Fenced:
             # Terminated, restarted or taken over while this replay ran: its work is not ours to record.
             return "fenced"
+
+    def abandon(self) -> str:
+        """A statement of the engine's own failed: give the lease back and let the wake-up loop replay
+        the instance shortly. The connection is dropped first, whatever state the failure left it in.
+        If the database cannot be reached for that either, the lease expires and the sweeper queues
+        the instance again."""
+        connection = self.writer.connection
+        for pause in ABANDON_PAUSES:
+            time.sleep(pause)
+            self.writer.close()
+            connection.close()
+            now = clock.now()
+            try:
+                released = self.writer.abandon(now, now + ABANDONED_REPLAY_DELAY)
+            except DatabaseError:
+                continue
+            return "abandoned" if released else "fenced"
+        return "abandoned"
 
     def _run(self) -> str:
         instance = self.instance
@@ -319,7 +352,7 @@ class Replay:
                                 current_step=suspension.step_key):
                 raise Fenced()
             return InstanceStatus.WAITING
-        with transaction.atomic(using=self.writer.alias):
+        with engine_statements(), transaction.atomic(using=self.writer.alias):
             if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at,
                                 waiting_for=suspension.waiting_for, current_step=suspension.step_key):
                 raise Fenced()
@@ -550,7 +583,7 @@ class Replay:
     def _consume(self, key, name, entry, types, deadline, delta) -> WorkflowStepEvent | None:
         """Take the oldest buffered event of ``types`` that arrived by ``deadline``, if there is one."""
         while True:
-            with transaction.atomic(using=self.writer.alias):
+            with engine_statements(), transaction.atomic(using=self.writer.alias):
                 event = (
                     Event.objects.waiting_for(self.pk, types)
                     .filter(received_at__lte=deadline)

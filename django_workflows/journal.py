@@ -11,11 +11,12 @@ the replay learns of a ``pause()`` without another query.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, router
+from django.db import DatabaseError, connections, router
 
 from django_workflows import rows
 from django_workflows.models import Instance, InstanceStatus, Step
@@ -58,6 +59,25 @@ class Entry:
     started_at = property(lambda self: self._detail(3))
 
 
+class StoreError(BaseException):
+    """A statement of the engine's own failed (a dropped connection, ``database is locked``, a deadlock).
+
+    The replay is abandoned and tried again a little later: the failure is the infrastructure's, not
+    the instance's, so it is never journaled as its error nor counted toward poison. A BaseException,
+    so that an ``except Exception:`` in run() (a saga's compensation) never mistakes it for a step's
+    failure.
+    """
+
+
+@contextmanager
+def engine_statements():
+    """Turn a database error in the engine's own statements into ``StoreError``."""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise StoreError(f"{type(exc).__name__}: {exc}") from exc
+
+
 class Fenced(BaseException):
     """The instance's epoch moved on (terminated, restarted, or leased elsewhere): stop this replay.
 
@@ -82,7 +102,7 @@ def load(instance_pk: int) -> dict[str, Entry]:
     def decode_details(values):
         return details.decode(values, connection)
 
-    with connection.cursor() as cursor:
+    with engine_statements(), connection.cursor() as cursor:
         cursor.execute(sql, [instance_pk])
         fetched = cursor.fetchall()
     return {row[0]: Entry.from_row(row, decode_details) for row in fetched}
@@ -186,9 +206,24 @@ class JournalWriter:
             f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s"
         )
         params = [self._adapt_datetime(now), *params, self.instance_pk, self.epoch]
-        cursor = self._cursor()
-        cursor.execute(sql, params)
-        return cursor.rowcount > 0
+        with engine_statements():
+            cursor = self._cursor()
+            cursor.execute(sql, params)
+            return cursor.rowcount > 0
+
+    def abandon(self, now: datetime, wake_at: datetime) -> bool:
+        """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at
+        ``wake_at``; the crash count is left as it is. False if the epoch moved on meanwhile."""
+        sql = (
+            f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
+            "status = CASE WHEN status = %s THEN %s ELSE %s END, wake_at = %s, waiting_for = NULL, "
+            "updated_at = %s WHERE id = %s AND epoch = %s"
+        )
+        params = [InstanceStatus.WAITING_FOR_PAUSE, InstanceStatus.PAUSED, InstanceStatus.WAITING,
+                  self._adapt_datetime(wake_at), self._adapt_datetime(now), self.instance_pk, self.epoch]
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount > 0
 
     def _cursor(self):
         # One cursor for the replay's writes, as long as the connection it was opened on is the
@@ -205,9 +240,10 @@ class JournalWriter:
             self._open_cursor = self._open_on = None
 
     def _execute(self, sql: str, params) -> tuple[int, str]:
-        cursor = self._cursor()
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+        with engine_statements():
+            cursor = self._cursor()
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
         if row is None:
             raise Fenced()
         return row[0], row[1]

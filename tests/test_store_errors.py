@@ -1,0 +1,127 @@
+"""A database error in the engine's own statements is the infrastructure's, not the instance's.
+
+It never reaches run() as an exception a saga could catch, it is never the instance's error and never
+counted toward poison: the replay is abandoned, the lease given back, and the instance replayed a
+moment later from its journal.
+"""
+
+import sqlite3
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection
+
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.models import Instance
+from django_workflows.testing import run_workflows
+
+seen = {"charge": 0, "compensate": 0, "caught": []}
+
+
+def _kill_this_connection() -> None:
+    """From another connection, as an operator or a failover would: pg_terminate_backend."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    params = connection.get_connection_params()
+    dsn = {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
+    with psycopg.connect(**dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+class ChargeThenCompensate(WorkflowEntrypoint):
+    """A saga's first step: compensate when the charge fails."""
+
+    name = "store-errors-saga"
+
+    def run(self, event, step):
+        def charge():
+            seen["charge"] += 1
+            if seen["charge"] == 1:
+                _kill_this_connection()  # the charge succeeded; its journal row cannot be written
+            return {"charged": 120}
+
+        try:
+            charged = step.do("charge", charge)
+        except Exception as exc:  # a saga's compensation: must never see the engine's own failure
+            seen["caught"].append(repr(exc))
+            seen["compensate"] += 1
+            return {"status": "refunded"}
+        return {"status": "paid", **charged}
+
+
+@pytest.fixture
+def saga():
+    seen.update(charge=0, compensate=0, caught=[])
+    yield
+    seen.update(charge=0, compensate=0, caught=[])
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_killed_after_a_step_returns_is_never_seen_by_run(saga):
+    with run_workflows() as env:
+        instance = workflows.get("store-errors-saga").create(id="order-1", params={})
+        env.run_until_idle()
+        row = Instance.objects.get(pk=instance.pk)
+        # Abandoned, not errored: the lease is back, and a timer replays it shortly.
+        assert (row.status, row.error, row.crash_count, row.lease_owner) == ("waiting", None, 0, "")
+        assert row.wake_at == env.now + timedelta(seconds=2)
+        env.advance("2 seconds")
+        assert instance.status() == {"status": "complete", "output": {"status": "paid", "charged": 120},
+                                     "error": None}
+    assert seen["caught"] == [] and seen["compensate"] == 0
+    assert seen["charge"] == 2  # at least once: the body ran again, as the README says a step may
+
+
+class HoldsALockPastTheEnginesPatience(WorkflowEntrypoint):
+    """Its step returns while another connection holds a lock the journal write needs, for longer than
+    the replay's connection waits (SQLite's busy timeout, PostgreSQL's lock_timeout)."""
+
+    name = "store-errors-locked"
+
+    def run(self, event, step):
+        def work():
+            seen["charge"] += 1
+            if seen["charge"] == 1:
+                holder = _lock_from_another_connection(event.instance_id)
+                threading.Timer(1.0, holder.close).start()
+            return "done"
+
+        try:
+            return step.do("work", work)
+        except Exception as exc:
+            seen["caught"].append(repr(exc))
+            return "caught"
+
+
+def _lock_from_another_connection(instance_id: str):
+    table = Instance._meta.db_table
+    if connection.vendor == "sqlite":
+        holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")  # SQLite's one write lock
+        return holder
+    params = connection.get_connection_params()
+    dsn = {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
+    holder = psycopg.connect(**dsn)
+    holder.execute(f"SELECT 1 FROM {table} WHERE instance_id = %s FOR UPDATE", [instance_id])
+    return holder
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_timeout_on_a_journal_write_abandons_the_replay_and_it_completes_later(saga):
+    with connection.cursor() as cursor:
+        # Give up on a lock quickly, as a busy database under load does after its own timeout.
+        cursor.execute("PRAGMA busy_timeout = 50" if connection.vendor == "sqlite" else "SET lock_timeout = '50ms'")
+    with run_workflows() as env:
+        instance = workflows.get("store-errors-locked").create(id="locked", params={})
+        env.run_until_idle()
+        row = Instance.objects.get(pk=instance.pk)
+        assert (row.status, row.error, row.crash_count) == ("waiting", None, 0)
+        env.advance("2 seconds")
+        assert instance.status()["status"] == "complete"
+        assert instance.status()["output"] == "done"
+    assert seen["caught"] == []
+    assert seen["charge"] == 2

@@ -51,15 +51,15 @@ def held_by(instance) -> tuple[str, str, int]:
     return row.status, row.lease_owner, row.crash_count
 
 
-def sweeps_done() -> int:
-    """Waits for two more sweeps of the running worker (its heartbeat is written after each)."""
+def two_more_sweeps() -> None:
+    """Wait until the running worker has swept twice more (it writes its heartbeat at each sweep)."""
     seen = set()
 
     def two_more():
         seen.add(WorkerHeartbeat.objects.values_list("last_seen", flat=True).first())
         return len(seen) >= 3
 
-    return wait_for(two_more, 10, message="two more sweeps")
+    wait_for(two_more, 10, message="two more sweeps")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -101,7 +101,7 @@ def test_leases_of_other_hosts_are_left_to_expire(start_worker):
     start_worker(settings=LONG_LEASE)
     # The lease of this host's dead process is reclaimed at once, which shows the worker looked ...
     wait_status(here, "complete", 10)
-    sweeps_done()
+    two_more_sweeps()
     # ... and the same dead process id, named by another host, was left alone.
     for why, instance in others.items():
         assert held_by(instance) == ("running", str(elsewhere[why]), 0), why
@@ -118,7 +118,7 @@ def test_the_lease_of_a_live_process_is_not_reclaimed(start_worker):
 
     start_worker(settings=LONG_LEASE)
     wait_status(reused, "complete", 10)
-    sweeps_done()
+    two_more_sweeps()
     assert held_by(live) == ("running", str(leases.holder()), 0)
 
 

@@ -107,6 +107,61 @@ def sweep(now: datetime | None = None) -> int:
     return redispatched
 
 
+def _reclaim_sql(connection, owners: int) -> str:
+    table = connection.ops.quote_name(Instance._meta.db_table)
+    return (
+        f"UPDATE {table} SET status = CASE WHEN status = %s THEN %s ELSE %s END, "
+        "epoch = epoch + 1, crash_count = crash_count + 1, lease_owner = '', lease_expires_at = NULL, "
+        "updated_at = %s "
+        f"WHERE status IN (%s, %s) AND lease_owner IN ({', '.join(['%s'] * owners)}) RETURNING id, status"
+    )
+
+
+def reclaim_dead_leases(now: datetime | None = None) -> int:
+    """Queue again at once the instances leased by processes of this host that are gone; return how many
+    replays it enqueued.
+
+    A worker restarted after a SIGKILL so resumes the instances its last run was replaying within
+    seconds, not ``LEASE_SECONDS``. Each is treated as the sweeper treats an expired lease: queued
+    again (or paused, if it was waiting for a pause) with the crash counted. The epoch is bumped as
+    well, so that a replay of the holder that somehow still runs is fenced at its next write.
+    Leases of other hosts are left to expire: their processes cannot be seen from here.
+    """
+    host = leases.this_host()
+    if "/" not in host:
+        return 0  # no /proc: no process of ours can be judged gone
+    leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
+    owners = set(
+        Instance.objects.filter(status__in=leased, lease_owner__startswith=f"{host}:")
+        .values_list("lease_owner", flat=True).distinct()
+    )
+    dead = []
+    for owner in sorted(owners):
+        holder = leases.Holder.parse(owner)
+        if holder is not None and holder.host == host and holder.is_gone():
+            dead.append(owner)
+    if not dead:
+        return 0
+    alias = router.db_for_write(Instance)
+    connection = connections[alias]
+    now = now or clock.now()
+    reclaimed = 0
+    with transaction.atomic(using=alias):
+        with connection.cursor() as cursor:
+            # One conditional statement: an instance whose lease changed hands since it was read
+            # (released, or taken over) no longer names a dead holder, and is left alone.
+            cursor.execute(_reclaim_sql(connection, len(dead)), [
+                InstanceStatus.WAITING_FOR_PAUSE, InstanceStatus.PAUSED, InstanceStatus.QUEUED,
+                connection.ops.adapt_datetimefield_value(now), *leased, *dead,
+            ])
+            rows = cursor.fetchall()
+        for pk, status in rows:
+            if status == InstanceStatus.QUEUED:
+                enqueue(pk)
+                reclaimed += 1
+    return reclaimed
+
+
 def purge_finished(now: datetime | None = None) -> int:
     """Delete finished instances older than ``RETENTION_DAYS``, with their journal and inbox, in
     batches of ``RETENTION_BATCH``; return how many. Live instances are never read or locked."""
@@ -136,5 +191,6 @@ def purge_finished(now: datetime | None = None) -> int:
 def tick() -> None:
     """One round of timers and sweeping: the fallback that django-q2's scheduler runs under ``qcluster``."""
     wake_due()
+    reclaim_dead_leases()
     sweep()
     purge_finished()

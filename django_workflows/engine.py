@@ -11,10 +11,7 @@ records why and until when, releases the lease, and the worker is free.
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import socket
-import threading
 import time
 import traceback
 from datetime import UTC, datetime, timedelta
@@ -194,10 +191,6 @@ def default_policy() -> StepPolicy:
 
 # -- one replay -----------------------------------------------------------------------------------
 
-def _lease_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
-
-
 def enqueue(instance_pk: int) -> None:
     """Ask the executor for a replay of the instance, once the current transaction commits."""
     executor = get_executor()
@@ -216,7 +209,7 @@ def replay(instance_pk: int) -> bool:
     workers: the conditional UPDATE that takes the lease lets one through, and
     the others return at once.
     """
-    instance = leases.take(instance_pk, _lease_owner(), clock.now(), workflow_settings.LEASE_SECONDS)
+    instance = leases.take(instance_pk, str(leases.holder()), clock.now(), workflow_settings.LEASE_SECONDS)
     if instance is None:
         return False
     signal_args = {"instance_pk": instance_pk, "epoch": instance.epoch, "workflow_name": instance.workflow_name}

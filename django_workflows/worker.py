@@ -20,7 +20,7 @@ from django.db.models import F
 
 from django_workflows import changes, clock
 from django_workflows.conf import workflow_settings
-from django_workflows.dispatch import next_wake_time, purge_finished, sweep, wake_due
+from django_workflows.dispatch import next_wake_time, purge_finished, reclaim_dead_leases, sweep, wake_due
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
 
 logger = logging.getLogger("django_workflows.worker")
@@ -241,7 +241,12 @@ class Worker:
         return max(0.0, interval)
 
     def sweep_and_beat(self, woken: int = 0) -> None:
-        redispatched = sweep()
+        # The first sweep runs as the worker starts: the replays that its host's killed processes
+        # left behind resume now, not when their leases expire.
+        reclaimed = reclaim_dead_leases()
+        if reclaimed:
+            logger.info("Resumed %s instances whose worker process on this host is gone.", reclaimed)
+        redispatched = reclaimed + sweep()
         now = clock.now()
         WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
             last_seen=now, wakeups=F("wakeups") + woken, redispatched=F("redispatched") + redispatched

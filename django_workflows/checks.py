@@ -192,6 +192,6 @@ def sqlite_messages(alias: str, database: dict):
         f"The SQLite database {alias!r} that holds the workflow tables: {'; '.join(problems)}. A web server "
         "and a worker sharing it will hit 'database is locked'.",
         hint="In DATABASES[...]['OPTIONS'] set 'transaction_mode': 'IMMEDIATE', 'timeout': 20 and "
-             "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'.",
+             "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;'.",
         id="django_workflows.W001",
     )]

@@ -111,7 +111,8 @@ def _reclaim_sql(connection, owners: int) -> str:
     table = connection.ops.quote_name(Instance._meta.db_table)
     return (
         f"UPDATE {table} SET status = CASE WHEN status = %s THEN %s ELSE %s END, "
-        "epoch = epoch + 1, crash_count = crash_count + 1, lease_owner = '', lease_expires_at = NULL, "
+        f"epoch = epoch + 1, crash_count = ({leases.crash_counted_sql(connection)}), lease_owner = '', "
+        "lease_expires_at = NULL, "
         "updated_at = %s "
         f"WHERE status IN (%s, %s) AND lease_owner IN ({', '.join(['%s'] * owners)}) RETURNING id, status"
     )
@@ -123,7 +124,8 @@ def reclaim_dead_leases(now: datetime | None = None) -> int:
 
     A worker restarted after a SIGKILL so resumes the instances its last run was replaying within
     seconds, not ``LEASE_SECONDS``. Each is treated as the sweeper treats an expired lease: queued
-    again (or paused, if it was waiting for a pause) with the crash counted. The epoch is bumped as
+    again (or paused, if it was waiting for a pause) with the crash counted (unless the replay made
+    progress, as at take-over). The epoch is bumped as
     well, so that a replay of the holder that somehow still runs is fenced at its next write.
     Leases of other hosts are left to expire: their processes cannot be seen from here.
     """

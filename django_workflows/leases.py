@@ -213,6 +213,13 @@ _CRASH_COUNTED = (
 )
 
 
+def crash_counted_sql(connection) -> str:
+    """``_CRASH_COUNTED`` for a raw UPDATE of the instance table."""
+    ops = connection.ops
+    return _CRASH_COUNTED.format(instance=ops.quote_name(Instance._meta.db_table),
+                                 steps=ops.quote_name(Step._meta.db_table))
+
+
 def crash_counted():
     """``_CRASH_COUNTED`` as a query expression, for the sweeper's UPDATE of expired leases."""
     from django.db.models import Case, Exists, F, OuterRef, Value, When

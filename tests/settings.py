@@ -76,6 +76,7 @@ SQLITE_DIR = Path(os.environ.get("TEST_SQLITE_DIR", tempfile.gettempdir()))
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
     "timeout": 20,
+    # NORMAL, not the recommended FULL: a test database need not survive a power loss.
     "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
 }
 

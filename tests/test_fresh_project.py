@@ -145,6 +145,11 @@ def test_the_readme_install_section_gives_a_working_project(project):
     check = project.manage("check")
     assert check.stdout == "System check identified no issues (0 silenced).\n"
     assert check.stderr == ""
+    durability = project.manage("shell", "-c", "from django.db import connection\n"
+                                "with connection.cursor() as c:\n"
+                                "    c.execute('PRAGMA journal_mode'); mode = c.fetchone()[0]\n"
+                                "    c.execute('PRAGMA synchronous'); print(mode, c.fetchone()[0])")
+    assert durability.stdout.split()[-2:] == ["wal", "2"]  # 2: FULL, nothing acknowledged is lost
 
     trigger = project.manage("workflows", "trigger", "payment-approval", '{"amount": 120}')
     instance_id = trigger.stdout.strip()

@@ -204,3 +204,24 @@ def test_the_wake_up_queries_walk_the_wake_index_without_sorting(workflows_env):
     with transaction.atomic():
         plan = _plan(sql, params)
     assert "dw_instance_wake" in plan and "TEMP B-TREE" not in plan and "Sort" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_retention_query_finds_its_batch_through_the_end_time_index(workflows_env):
+    from django.db import transaction
+
+    from django_workflows.models import FINISHED_STATUSES
+
+    # The purge reads a batch of instances finished before the cutoff for every batch: without an
+    # index on the end time it would read every finished instance (or every instance) each time.
+    query = (Instance.objects.filter(status__in=FINISHED_STATUSES, ended_at__lt=workflows_env.now)
+             .order_by().values_list("pk", flat=True)[:500])
+    sql, params = query.query.sql_with_params()
+    with transaction.atomic():
+        plan = _plan(sql, params)
+    assert "dw_instance_ended" in plan, plan
+    if connection.vendor == "postgresql":
+        assert "Index Cond" in plan and "ended_at <" in plan.split("Index Cond")[1], plan
+    else:
+        assert "ended_at<?" in plan, plan
+

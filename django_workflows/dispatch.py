@@ -7,6 +7,8 @@ loops (and, as a slower fallback, by django-q2's scheduler under a plain
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta
 
 from django.db import connections, router, transaction
@@ -157,22 +159,31 @@ def delete_finished(pks, cutoff: datetime) -> int:
         return still_finished._raw_delete(alias)
 
 
-def purge_finished(now: datetime | None = None) -> int:
+def purge_finished(now: datetime | None = None, *, pause: float = 0.0,
+                   stop: threading.Event | None = None) -> int:
     """Delete finished instances older than ``RETENTION_DAYS``, with their journal and inbox, in
     batches of ``RETENTION_BATCH``, one transaction each; return how many. Live instances are never
-    read or locked."""
+    read or locked.
+
+    ``pause`` seconds pass between two batches, so that other writers get the database (SQLite has
+    one writer at a time), and no batch is started once ``stop`` is set."""
     cutoff = purge_cutoff(now)
     if cutoff is None:
         return 0
     purged = 0
-    while True:
+    while stop is None or not stop.is_set():
         batch = next_purge_batch(cutoff)
         deleted = delete_finished(batch, cutoff) if batch else 0
         purged += deleted
         # A batch of which nothing could be deleted is held by others (another worker's purge, a
         # restart): reading it again at once would only spin until they commit.
         if len(batch) < workflow_settings.RETENTION_BATCH or not deleted:
-            return purged
+            break
+        if stop is not None:
+            stop.wait(pause)
+        else:
+            time.sleep(pause)
+    return purged
 
 
 def tick() -> None:

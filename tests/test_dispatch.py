@@ -315,3 +315,25 @@ def test_a_purge_racing_a_restart_keeps_the_restarted_journal_and_inbox(workflow
     assert not Instance.objects.filter(pk=gone.pk).exists()
     assert not Step.objects.filter(instance_id=gone.pk).exists()
     assert purged == 1
+
+
+def test_a_purge_stops_between_batches_once_told_to(workflows_env, settings):
+    import threading
+
+    from django_workflows.dispatch import purge_finished
+
+    settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 2}
+    old = [i.pk for i in _finished_long_ago(workflows_env, 5)]
+    stop = threading.Event()
+    instance_table = connection.ops.quote_name(Instance._meta.db_table)
+
+    def stop_after_the_first_batch(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith(f"DELETE FROM {instance_table}"):
+            stop.set()  # as a worker's shutdown would, while the first batch is being deleted
+        return result
+
+    with connection.execute_wrapper(stop_after_the_first_batch):
+        # The pause is spent waiting on ``stop``, so a stop cuts it short.
+        assert purge_finished(pause=30, stop=stop) == 2
+    assert Instance.objects.filter(pk__in=old).count() == 3

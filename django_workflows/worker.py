@@ -27,6 +27,9 @@ logger = logging.getLogger("django_workflows.worker")
 
 # Seconds between retention sweeps: deleting old instances is not urgent.
 PURGE_INTERVAL = 60.0
+# Seconds between two batches of a retention sweep: writers waiting for the database (on SQLite, the
+# wake-up loop and the replays wait for the one writer) get it between batches of a long backlog.
+PURGE_PAUSE = 0.1
 
 
 def _children_of(pid: int) -> list[int]:
@@ -151,6 +154,7 @@ class Worker:
         self._last_sweep = 0.0
         self._last_probe = 0.0
         self._last_purge = 0.0
+        self._purger: threading.Thread | None = None
         self.wake_watcher: changes.ChangeWatcher = changes.ChangeWatcher(workflow_settings.WAKE_INTERVAL)
 
     # Signals.
@@ -202,9 +206,12 @@ class Worker:
                     continue
                 self.idle(pause)
         finally:
+            self.stop_event.set()  # a purge in progress stops after its current batch
             self.wake_watcher.close()
             if self.cluster:
                 self.cluster.stop()
+            if self._purger is not None:
+                self._purger.join()
             close_old_connections()
             WorkerHeartbeat.objects.filter(worker_id=self.worker_id).delete()
 
@@ -253,9 +260,29 @@ class Worker:
         )
         if time.monotonic() - self._last_purge >= PURGE_INTERVAL:
             self._last_purge = time.monotonic()
-            purge_finished(now)
+            self.start_purge()
         if self.cluster:
             self.watch_cluster(now)
+
+    def start_purge(self) -> None:
+        """Start a retention sweep in a thread of its own, unless the last one is still running.
+
+        A backlog of finished instances takes many batches: run here, it would stop the timers and the
+        heartbeat (and with them the health check) until it was done."""
+        if self._purger is not None and self._purger.is_alive():
+            return
+        self._purger = threading.Thread(target=self._purge, name="workflows-purge", daemon=True)
+        self._purger.start()
+
+    def _purge(self) -> None:
+        try:
+            purge_finished(pause=PURGE_PAUSE, stop=self.stop_event)
+        except Exception:
+            logger.exception("Retention sweep failed; trying again in %s s.", PURGE_INTERVAL)
+        finally:
+            # The thread's own connection is not left open for the minute until the next sweep (a new
+            # thread would not reuse it anyway).
+            connections.close_all()
 
     def watch_cluster(self, now) -> None:
         """Restart the django-q2 cluster if its sentinel died, or if it stopped taking tasks."""

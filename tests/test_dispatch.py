@@ -247,3 +247,136 @@ def test_the_wake_up_queries_walk_the_wake_index_without_sorting(workflows_env):
     with transaction.atomic():
         plan = _plan(sql, params)
     assert "dw_instance_wake" in plan and "TEMP B-TREE" not in plan and "Sort" not in plan, plan
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_retention_query_finds_its_batch_through_the_end_time_index(workflows_env):
+    from django.db import transaction
+
+    from django_workflows.models import FINISHED_STATUSES
+
+    # The purge reads a batch of instances finished before the cutoff for every batch: without an
+    # index on the end time it would read every finished instance (or every instance) each time.
+    query = (Instance.objects.filter(status__in=FINISHED_STATUSES, ended_at__lt=workflows_env.now)
+             .order_by().values_list("pk", flat=True)[:500])
+    sql, params = query.query.sql_with_params()
+    with transaction.atomic():
+        plan = _plan(sql, params)
+    assert "dw_instance_ended" in plan, plan
+    if connection.vendor == "postgresql":
+        assert "Index Cond" in plan and "ended_at <" in plan.split("Index Cond")[1], plan
+    else:
+        assert "ended_at<?" in plan, plan
+
+
+def _finished_long_ago(workflows_env, count: int) -> list:
+    """``count`` instances with a journal and an inbox (an approval consumed its event), finished 31 days
+    ago."""
+    instances = []
+    for index in range(count):
+        if index % 2:
+            instance = workflows.get("three-steps").create()
+        else:
+            instance = workflows.get("approval").create()
+            workflows_env.run_until_idle()
+            instance.send_event(type="manager-approval", payload={"outcome": "approved"})
+        instances.append(instance)
+    workflows_env.run_until_idle()
+    assert {i.status()["status"] for i in instances} == {"complete"}
+    workflows_env.advance("31 days")
+    return instances
+
+
+def test_retention_deletes_in_batches_with_a_bounded_number_of_statements_and_reads_no_step(workflows_env,
+                                                                                           settings):
+    from django_workflows.dispatch import purge_finished
+    from django_workflows.models import Event, Step
+
+    settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 2}
+    old = _finished_long_ago(workflows_env, 5)
+    pks = [i.pk for i in old]
+    assert Step.objects.filter(instance_id__in=pks).count() == 3 * 2 + 2 * 3
+    assert Event.objects.filter(instance_id__in=pks, consumed_by__isnull=False).count() == 3
+    with CaptureQueriesContext(connection) as ctx:
+        assert purge_finished() == 5
+    statements = [q["sql"] for q in ctx.captured_queries
+                  if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "BEGIN"))]
+    step_table = connection.ops.quote_name(Step._meta.db_table)
+    # Django's cascade reads every step row of a batch (to null the events that consumed them): no
+    # statement may read the journal into Python.
+    assert not [sql for sql in statements if sql.startswith("SELECT") and f"FROM {step_table}" in sql]
+    # Three batches (2, 2, 1): each is read once (and, on PostgreSQL, its instances locked once), then
+    # three DELETEs, each re-checking the instances' status and end time itself.
+    deletes = [sql for sql in statements if sql.startswith("DELETE")]
+    selects = [sql for sql in statements if sql.startswith("SELECT")]
+    assert len(deletes) == 3 * 3
+    assert len(selects) == 3 * (2 if connection.vendor == "postgresql" else 1)
+    assert len(statements) == len(deletes) + len(selects)
+    assert all('"status" IN' in sql and '"ended_at" <' in sql for sql in deletes), deletes
+    assert not Instance.objects.filter(pk__in=pks).exists()
+    assert not Step.objects.filter(instance_id__in=pks).exists()
+    assert not Event.objects.filter(instance_id__in=pks).exists()
+
+
+@pytest.mark.parametrize("again", ["finishes-again", "waits"])
+def test_a_purge_racing_a_restart_keeps_the_restarted_journal_and_inbox(workflows_env, settings, again):
+    from django_workflows.dispatch import purge_finished
+    from django_workflows.models import Event, Step
+
+    settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 10}
+    approval, three_steps = _finished_long_ago(workflows_env, 2)
+    # Run again, three steps finish at once (the status is finished again, the end time is new); an
+    # approval waits (the status is live).
+    restarted, gone = (three_steps, approval) if again == "finishes-again" else (approval, three_steps)
+    fresh = {}
+
+    def journal_and_inbox():
+        return (sorted(Step.objects.filter(instance_id=restarted.pk).values_list("pk", flat=True)),
+                sorted(Event.objects.filter(instance_id=restarted.pk).values_list("pk", flat=True)))
+
+    def restart_after_the_batch_is_chosen(execute, sql, params, many, context):
+        # The statement after the one that chose the batch: the purge has read the ids (the restarted
+        # instance among them, finished 31 days ago) and not yet deleted anything.
+        if fresh.get("chosen") and not fresh.get("done"):
+            fresh["done"] = True
+            restarted.restart()
+            workflows_env.run_until_idle()  # the new run writes its journal
+            if again == "waits":
+                restarted.send_event(type="unrelated", payload={"kept": True})  # and gets an inbox
+            fresh["steps"], fresh["events"] = journal_and_inbox()
+        if sql.startswith("SELECT") and '"ended_at" <' in sql and "LIMIT" in sql and "FOR UPDATE" not in sql:
+            fresh["chosen"] = True
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(restart_after_the_batch_is_chosen):
+        purged = purge_finished()
+    assert fresh.get("done")
+    assert restarted.status()["status"] == ("complete" if again == "finishes-again" else "waiting")
+    # The new run's journal (and inbox) are whole; only the instance that stayed finished is gone.
+    assert fresh["steps"] and journal_and_inbox() == (fresh["steps"], fresh["events"])
+    assert len(fresh["events"]) == (1 if again == "waits" else 0)
+    assert not Instance.objects.filter(pk=gone.pk).exists()
+    assert not Step.objects.filter(instance_id=gone.pk).exists()
+    assert purged == 1
+
+
+def test_a_purge_stops_between_batches_once_told_to(workflows_env, settings):
+    import threading
+
+    from django_workflows.dispatch import purge_finished
+
+    settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 2}
+    old = [i.pk for i in _finished_long_ago(workflows_env, 5)]
+    stop = threading.Event()
+    instance_table = connection.ops.quote_name(Instance._meta.db_table)
+
+    def stop_after_the_first_batch(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith(f"DELETE FROM {instance_table}"):
+            stop.set()  # as a worker's shutdown would, while the first batch is being deleted
+        return result
+
+    with connection.execute_wrapper(stop_after_the_first_batch):
+        # The pause is spent waiting on ``stop``, so a stop cuts it short.
+        assert purge_finished(pause=30, stop=stop) == 2
+    assert Instance.objects.filter(pk__in=old).count() == 3

@@ -287,3 +287,82 @@ def test_a_step_longer_than_the_lease_keeps_its_lease(start_worker):
     # LEASE_SECONDS is 3: without renewal the sweeper would have handed it to the other process.
     assert SideEffect.counts() == {"long:long": 1}
     assert ReplayAudit.objects.count() == 1
+
+
+def test_a_long_retention_sweep_runs_beside_the_wake_up_loop(workflows_env, settings):
+    import threading
+    from datetime import timedelta
+
+    from django.db import connections
+    from django.db.backends.signals import connection_created
+
+    from django_workflows import worker as worker_module
+
+    settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 2, "SWEEP_INTERVAL": 0.1,
+                                 "WAKE_INTERVAL": 0.1, "IDLE_RECHECK_SECONDS": 0.1}
+    old = [workflows.get("three-steps").create().pk for _ in range(5)]
+    workflows_env.run_until_idle()
+    workflows_env.advance("31 days")
+    sleepers = [workflows.get("sleeper").create(params={"duration": "1 hour"}).pk for _ in range(3)]
+    workflows_env.run_until_idle()
+    worker = worker_module.Worker(run_cluster=False, max_seconds=120)
+    held, release = threading.Event(), threading.Event()
+    choosers: list[str] = []
+    seen: dict = {}
+
+    def hold_the_purge(execute, sql, params, many, context):
+        # The purge's read of a batch waits until the test has seen what the worker did meanwhile:
+        # a purge as long as the test needs, with no lock held (no transaction is open yet).
+        if sql.startswith("SELECT") and '"ended_at" <' in sql and "LIMIT" in sql and "FOR UPDATE" not in sql:
+            choosers.append(threading.current_thread().name)
+            held.set()
+            release.wait(60)
+        return execute(sql, params, many, context)
+
+    def hold_in_other_threads(sender, connection, **kwargs):
+        # This thread's connection gets the wrapper below; every connection opened in another thread
+        # (the purge's, wherever it runs) gets it here.
+        if threading.current_thread() is not threading.main_thread() and \
+                hold_the_purge not in connection.execute_wrappers:
+            connection.execute_wrappers.append(hold_the_purge)
+
+    def drive():
+        try:
+            if not held.wait(30):
+                return
+            workflows_env.clock.advance(timedelta(hours=2))  # the sleepers fall due
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                seen["woken"] = Instance.objects.filter(pk__in=sleepers, status="queued").count()
+                seen["counted"] = WorkerHeartbeat.objects.filter(worker_id=worker.worker_id).values_list(
+                    "wakeups", flat=True).first()
+                if seen["woken"] == 3 and seen["counted"] == 3:
+                    break
+                time.sleep(0.05)
+            seen["old"] = Instance.objects.filter(pk__in=old).count()
+        finally:
+            release.set()
+            wait_for(lambda: not Instance.objects.filter(pk__in=old).exists(), 30,
+                     message="the purge to finish")
+            worker.stop_event.set()
+            connections.close_all()
+
+    connection_created.connect(hold_in_other_threads)
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    driver = threading.Thread(target=drive, name="driver")
+    driver.start()
+    try:
+        with connection.execute_wrapper(hold_the_purge):
+            worker.run()
+    finally:
+        release.set()
+        worker.stop_event.set()
+        driver.join()
+        connection_created.disconnect(hold_in_other_threads)
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    # While the purge was held, with nothing deleted yet, the wake-up loop woke the due instances and
+    # its heartbeat counted them: the purge ran in a thread of its own, not in the loop.
+    assert seen == {"woken": 3, "counted": 3, "old": 5}
+    assert choosers and threading.main_thread().name not in choosers, choosers
+    assert not Instance.objects.filter(pk__in=old).exists()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
-from django.db import router
+from django.db import DatabaseError, router
+from django.db.models import Count
 
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEntrypoint, registry
@@ -133,7 +134,7 @@ def check_workflows(app_configs=None, **kwargs):
     for module, error in sorted(registry.import_errors.items()):
         messages.append(Warning(
             f"{module} failed to import: {error}. Its workflows are not registered; their instances "
-            "error with this message when replayed.",
+            "wait for a worker that knows them (W011).",
             hint=f"Fix {module}; the other workflows keep running.",
             id="django_workflows.W009",
         ))
@@ -167,6 +168,34 @@ def check_workflows(app_configs=None, **kwargs):
                 id="django_workflows.E008",
             ))
     return messages
+
+
+@register(Tags.compatibility)
+def check_unregistered_instances(app_configs=None, **kwargs):
+    """Live instances of workflows this process does not know wait instead of running: list them."""
+    from django_workflows.models import FINISHED_STATUSES, Instance
+
+    try:
+        rows = list(
+            Instance.objects.exclude(status__in=FINISHED_STATUSES).exclude(workflow_name__in=registry.names())
+            .values_list("workflow_name").annotate(n=Count("id")).order_by("workflow_name")
+        )
+    except (DatabaseError, RuntimeError):
+        # Not migrated yet (``migrate`` runs the checks before it creates the table), unreachable, or
+        # closed to this caller (pytest-django's tests without database access run ``check`` too):
+        # a check reports what it finds, it never crashes manage.py.
+        return []
+    if not rows:
+        return []
+    listed = ", ".join(f"{name!r} ({count} instance{'' if count == 1 else 's'})" for name, count in rows)
+    return [Warning(
+        f"Instances of workflows that are not registered in this process wait for a worker that knows "
+        f"them: {listed}.",
+        hint="Deploy the code that defines these workflows to every worker (a rolling deploy finishes this "
+             "by itself), or fix the workflows.py that failed to import (W009); they then resume where they "
+             "stopped. To give one up, terminate() it.",
+        id="django_workflows.W011",
+    )]
 
 
 @register(Tags.compatibility)

@@ -192,6 +192,8 @@ def format_instance(description: dict) -> str:
         pairs.append(("Wakes", when(d["wake_at"])))
     if d["current_step"]:
         pairs.append(("Current step", d["current_step"]))
+    if d["waiting_reason"]:
+        pairs.append(("Waiting because", d["waiting_reason"]))
     pairs += [
         ("Params", compact_json(d["params"])),
         ("Output", compact_json(d["output"])),

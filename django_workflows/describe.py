@@ -48,6 +48,7 @@ def instance_summary(instance: Instance) -> dict:
         "modified": _iso(instance.updated_at),
         "wake_at": _iso(instance.wake_at),
         "current_step": instance.current_step,
+        "waiting_reason": instance.waiting_reason,
     }
 
 

@@ -61,6 +61,9 @@ _ZERO = timedelta(0)
 # After a StoreError: when the wake-up loop replays the instance again, and the pauses between the
 # attempts to give its lease back (the database may be restarting or failing over).
 ABANDONED_REPLAY_DELAY = timedelta(seconds=2)
+# How long an instance whose workflow is not registered here waits before a worker looks again: long
+# enough not to spin while the deploy finishes, short enough that the new workers pick it up soon.
+UNREGISTERED_RECHECK = timedelta(seconds=30)
 ABANDON_PAUSES = (0.0, 0.5, 2.0)
 _USER_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
 
@@ -282,8 +285,8 @@ class Replay:
             ), "")
         try:
             workflow_class = registry.get(instance.workflow_name)
-        except WorkflowNotFound as exc:
-            return self.errored(exc, "")
+        except WorkflowNotFound:
+            return self.await_registration()
         if workflow_class.step_limit is not None:
             self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
@@ -334,6 +337,23 @@ class Replay:
                             ended_at=now, wake_at=None, waiting_for=None):
             raise Fenced()
         return InstanceStatus.ERRORED
+
+    def await_registration(self) -> str:
+        """The workflow is not registered in this process: an old worker in a rolling deploy, or a
+        workflows.py that failed to import. Erroring the instance would end it for good over a state
+        of the deployment, so it waits instead, its journal untouched, and the wake-up loop hands it
+        to a worker again a little later: one that knows the class runs it from where it stopped."""
+        name = self.instance.workflow_name
+        reason = (
+            f"workflow {name!r} is not registered in this process: waiting for a worker that knows it "
+            "(a rolling deploy, or a workflows.py that failed to import: see manage.py check)"
+        )
+        if registry.import_errors:
+            reason += f"; in this process {', '.join(sorted(registry.import_errors))} failed to import"
+        if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=clock.now() + UNREGISTERED_RECHECK,
+                            waiting_for=None, waiting_reason=reason, crash_count=self.instance.crash_count):
+            raise Fenced()
+        return InstanceStatus.WAITING
 
     def suspend(self, suspension: Suspend) -> str:
         if suspension.pause:

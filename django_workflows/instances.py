@@ -231,7 +231,7 @@ class InstanceHandle:
         now = clock.now()
         if not self._rows().filter(status__in=ACTIVE_STATUSES).update(
             status=InstanceStatus.TERMINATED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
-            wake_at=None, waiting_for=None, ended_at=now, updated_at=now,
+            wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now, updated_at=now,
         ):
             raise self._refuse("terminate", [str(s) for s in ACTIVE_STATUSES])
 
@@ -242,7 +242,7 @@ class InstanceHandle:
         with transaction.atomic(using=_alias()):
             updated = self._rows().update(
                 status=InstanceStatus.QUEUED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
-                wake_at=None, waiting_for=None, current_step="", output=None, error=None, traceback="",
+                wake_at=None, waiting_for=None, waiting_reason=None, current_step="", output=None, error=None, traceback="",
                 started_at=None, ended_at=None, updated_at=now,
             )
             if not updated:

@@ -192,6 +192,11 @@ class JournalWriter:
         effect now that it stops.
         """
         status = fields.get("status")
+        # A replay that did run() clears the reason an earlier one left for not running it.
+        fields.setdefault("waiting_reason", None)
+        # A finished replay resets the crash count, unless the fields say otherwise (one that did
+        # not run its workflow at all proves nothing about the steps that crashed before).
+        fields.setdefault("crash_count", 0)
         assignments, params = [], []
         for column, value in fields.items():
             if column == "status" and status is WAITING_UNLESS_PAUSE_ASKED:
@@ -202,7 +207,7 @@ class JournalWriter:
             assignments.append(f"{column} = {placeholder}")
             params.append(self._value(column, value, _JSON_INSTANCE_COLUMNS))
         sql = (
-            f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, crash_count = 0, "
+            f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
             f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s"
         )
         params = [self._adapt_datetime(now), *params, self.instance_pk, self.epoch]

@@ -74,6 +74,10 @@ class Instance(models.Model):
         null=True, blank=True, help_text="The event types the instance waits for, if it waits for any."
     )
     current_step = models.CharField(max_length=300, blank=True, default="")
+    waiting_reason = models.TextField(
+        null=True, blank=True,
+        help_text="Why a waiting instance cannot run yet, when its steps do not say (its workflow is not registered).",
+    )
 
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)

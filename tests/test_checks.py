@@ -12,8 +12,9 @@ def ids(messages):
     return sorted(m.id for m in messages)
 
 
-def test_the_test_settings_pass_every_check():
+def test_the_test_settings_pass_every_check(db):
     assert checks.check_settings() == [] and checks.check_workflows() == [] and checks.check_sqlite() == []
+    assert checks.check_unregistered_instances() == []
     call_command("check", "--fail-level", "WARNING")
 
 

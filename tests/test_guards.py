@@ -75,14 +75,15 @@ def test_event_is_read_only(workflows_env):
     }
 
 
-def test_an_instance_of_a_workflow_that_no_longer_exists_errors_clearly(workflows_env):
+def test_an_instance_of_a_workflow_that_no_longer_exists_waits_saying_why(workflows_env):
     instance = workflows.get("three-steps").create()
     Instance.objects.filter(pk=instance.pk).update(workflow_name="gone")
     from django_workflows.engine import replay
 
     replay(instance.pk)
     row = Instance.objects.get(pk=instance.pk)
-    assert row.status == "errored" and row.error["name"] == "WorkflowNotFound"
+    assert row.status == "waiting" and row.error is None
+    assert row.waiting_reason.startswith("workflow 'gone' is not registered in this process")
 
 
 def test_a_replay_of_a_finished_instance_does_nothing(workflows_env):

@@ -103,6 +103,9 @@ class InstanceSummarySerializer(serializers.Serializer):
     modified = serializers.CharField()
     wake_at = serializers.CharField(allow_null=True)
     current_step = serializers.CharField(allow_blank=True)
+    waiting_reason = serializers.CharField(
+        allow_null=True, help_text="Why a waiting instance cannot run yet, when its steps do not say."
+    )
 
 
 class InstancePageSerializer(serializers.Serializer):

@@ -1,0 +1,126 @@
+"""An instance whose workflow this process does not know (an old worker in a rolling deploy, a
+workflows.py that failed to import) waits, says why, and resumes once a worker knows the class."""
+
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from django_workflows import WorkflowEntrypoint, checks, workflows
+from django_workflows.definition import registry
+from django_workflows.engine import replay
+from django_workflows.models import Instance
+
+ran = []
+
+
+class Deployed(WorkflowEntrypoint):
+    """Stands for a workflow defined by code some workers do not run yet."""
+
+    name = "newly-deployed"
+
+    def run(self, event, step):
+        first = step.do("first", lambda: ran.append("first") or 1)
+        step.sleep("pause", "1 minute")
+        second = step.do("second", lambda: ran.append("second") or 2)
+        return first + second
+
+
+# Defining the class registered it: only the tests here see it, so that the lists of workflows that
+# other tests check stay as they are.
+registry.unregister(Deployed)
+
+
+@pytest.fixture
+def deployed():
+    ran.clear()
+    registry.register(Deployed)
+    yield Deployed
+    registry.unregister(Deployed)
+    ran.clear()
+
+
+def describe(*args) -> str:
+    out = io.StringIO()
+    call_command("workflows", "instances", "describe", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def asleep_after_its_first_step(env):
+    instance = workflows.get("newly-deployed").create(id="n-1")
+    env.run_until_idle()
+    assert (Instance.objects.get(pk=instance.pk).status, ran) == ("waiting", ["first"])
+    return instance
+
+
+def test_a_replay_that_does_not_know_the_workflow_waits_and_a_worker_that_does_resumes_it(
+    workflows_env, deployed
+):
+    instance = asleep_after_its_first_step(workflows_env)
+    registry.unregister(deployed)
+    workflows_env.clock.advance(timedelta(minutes=1))
+    assert replay(instance.pk)
+    row = Instance.objects.get(pk=instance.pk)
+    assert row.status == "waiting"
+    assert row.error is None and row.crash_count == 0 and row.lease_owner == ""
+    assert "'newly-deployed' is not registered in this process" in row.waiting_reason
+    # Not at once again: the wake-up loop hands it out a little later, without a hot loop.
+    assert row.wake_at == workflows_env.now + timedelta(seconds=30)
+    assert workflows_env.run_until_idle() == 0
+
+    registry.register(deployed)
+    workflows_env.advance(timedelta(seconds=30))
+    row = Instance.objects.get(pk=instance.pk)
+    assert (row.status, row.output, row.waiting_reason) == ("complete", 3, None)
+    assert ran == ["first", "second"]  # the journaled step was not run again
+
+
+def test_a_waiting_replay_keeps_the_crash_count(workflows_env, deployed):
+    instance = asleep_after_its_first_step(workflows_env)
+    registry.unregister(deployed)
+    # Two replays lost with their worker before: not running the workflow at all is no progress.
+    Instance.objects.filter(pk=instance.pk).update(crash_count=2, wake_at=workflows_env.now)
+    assert replay(instance.pk)
+    row = Instance.objects.get(pk=instance.pk)
+    assert (row.status, row.crash_count) == ("waiting", 2)
+
+
+def test_the_reason_shows_in_the_cli_the_api_and_the_admin(workflows_env, deployed, admin_client):
+    instance = asleep_after_its_first_step(workflows_env)
+    registry.unregister(deployed)
+    workflows_env.clock.advance(timedelta(minutes=1))
+    replay(instance.pk)
+    # The web process and the shell of a rolling deploy run the new code; an old worker left the reason.
+    registry.register(deployed)
+
+    text = describe("newly-deployed", "n-1")
+    assert "Waiting because" in text and "is not registered in this process" in text
+    as_json = json.loads(describe("newly-deployed", "n-1", "--json"))
+    assert "is not registered in this process" in as_json["waiting_reason"]
+
+    api = APIClient()
+    api.force_authenticate(User.objects.get(username="admin"))
+    body = api.get("/workflows/newly-deployed/instances/n-1/").json()
+    assert body["status"] == "waiting" and "is not registered in this process" in body["waiting_reason"]
+    page = admin_client.get(f"/admin/django_workflows/instance/{instance.pk}/change/")
+    text = page.content.decode()
+    assert "Waiting because" in text and "is not registered in this process" in text
+
+
+def test_manage_py_check_lists_the_workflows_with_live_instances_not_registered(workflows_env, deployed):
+    asleep_after_its_first_step(workflows_env)
+    workflows.get("newly-deployed").create(id="n-2")
+    finished = workflows.get("newly-deployed").create(id="n-3")
+    finished.terminate()
+    assert checks.check_unregistered_instances() == []
+    registry.unregister(deployed)
+    [message] = checks.check_unregistered_instances()
+    assert message.id == "django_workflows.W011"
+    assert "'newly-deployed' (2 instances)" in message.msg  # the terminated one is finished
+    out = io.StringIO()
+    call_command("check", stdout=out, stderr=out)
+    assert "django_workflows.W011" in out.getvalue()

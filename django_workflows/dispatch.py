@@ -88,7 +88,8 @@ def sweep(now: datetime | None = None) -> int:
                     When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.PAUSED)),
                     default=Value(InstanceStatus.QUEUED),
                 ),
-                crash_count=leases.crash_counted(), lease_owner="", lease_expires_at=None, updated_at=now,
+                crash_count=leases.crash_counted(connections[alias]), lease_owner="", lease_expires_at=None,
+                updated_at=now,
             )
             for pk in Instance.objects.filter(pk__in=expired, status=InstanceStatus.QUEUED).values_list(
                 "pk", flat=True

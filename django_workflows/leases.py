@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connections, router
+from django.db.models.expressions import RawSQL
 
 from django_workflows import clock, rows
 from django_workflows.conf import workflow_settings
@@ -220,12 +221,9 @@ def crash_counted_sql(connection) -> str:
                                  steps=ops.quote_name(Step._meta.db_table))
 
 
-def crash_counted():
-    """``_CRASH_COUNTED`` as a query expression, for the sweeper's UPDATE of expired leases."""
-    from django.db.models import Case, Exists, F, OuterRef, Value, When
-
-    progressed = Step.objects.filter(instance=OuterRef("pk"), ended_at__gte=OuterRef("updated_at"))
-    return Case(When(Exists(progressed), then=Value(0)), default=F("crash_count") + 1)
+def crash_counted(connection) -> RawSQL:
+    """``crash_counted_sql`` as a query expression, for the sweeper's UPDATE of expired leases."""
+    return RawSQL(crash_counted_sql(connection), [])
 
 
 def take(instance_pk: int, owner: str, now, lease_seconds: float):
@@ -233,18 +231,18 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float):
 
     One statement: the conditional UPDATE lets one replay through however many
     deliveries arrive, and its RETURNING reads what the replay needs. Taking over
-    a lease that expired means the last replay died without finishing: a crash.
+    a lease that expired means the last replay died without finishing: a crash, counted toward
+    poison unless that replay journaled a finished step (``crash_counted_sql``).
     """
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     ops = connection.ops
     table = ops.quote_name(Instance._meta.db_table)
-    steps = ops.quote_name(Step._meta.db_table)
     sql = (
         f"UPDATE {table} SET "
         "status = CASE WHEN status = %s THEN status ELSE %s END, "
         "epoch = epoch + 1, "
-        f"crash_count = CASE WHEN status IN (%s, %s) THEN ({_CRASH_COUNTED.format(instance=table, steps=steps)}) "
+        f"crash_count = CASE WHEN status IN (%s, %s) THEN ({crash_counted_sql(connection)}) "
         "ELSE crash_count END, "
         "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, "
         "started_at = COALESCE(started_at, %s), updated_at = %s "

@@ -20,14 +20,18 @@ from django_workflows.testing import run_workflows
 seen = {"charge": 0, "compensate": 0, "caught": []}
 
 
+def _dsn() -> dict:
+    """The test database's connection parameters, for a connection of the test's own."""
+    params = connection.get_connection_params()
+    return {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
+
+
 def _kill_this_connection() -> None:
     """From another connection, as an operator or a failover would: pg_terminate_backend."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    params = connection.get_connection_params()
-    dsn = {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
-    with psycopg.connect(**dsn, autocommit=True) as killer:
+    with psycopg.connect(**_dsn(), autocommit=True) as killer:
         killer.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
@@ -103,9 +107,7 @@ def _lock_from_another_connection(instance_id: str):
         holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False)
         holder.execute("BEGIN IMMEDIATE")  # SQLite's one write lock
         return holder
-    params = connection.get_connection_params()
-    dsn = {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
-    holder = psycopg.connect(**dsn)
+    holder = psycopg.connect(**_dsn())
     holder.execute(f"SELECT 1 FROM {table} WHERE instance_id = %s FOR UPDATE", [instance_id])
     return holder
 

@@ -6,8 +6,6 @@ versioned, whatever other DRF views the project serves and whatever its ``REST_F
 
 from __future__ import annotations
 
-from importlib import import_module
-
 from django.apps import apps
 from django.middleware.csrf import get_token
 from django.shortcuts import render
@@ -49,13 +47,13 @@ class SchemaView(SpectacularAPIView):
 
     schema = AutoSchema()
     custom_settings = SCHEMA_SETTINGS
+    operations: list = []  # the URL patterns it describes, given by urls.py
 
     @operation(exclude=True)
     def get(self, request, *args, **kwargs):
         # Only this API's URLs, mounted where the project mounted them (the route matched up to schema/).
-        prefix = request.resolver_match.route.removesuffix("schema/")
-        api = import_module("django_workflows.api.urls")
-        self.patterns = [path(prefix, include((api.urlpatterns, api.app_name)))]
+        match = request.resolver_match
+        self.patterns = [path(match.route.removesuffix("schema/"), include((self.operations, match.app_name)))]
         return super().get(request, *args, **kwargs)
 
 

@@ -6,10 +6,9 @@ from django_workflows.api.schema import SchemaView, schema_ui
 
 app_name = "django_workflows_api"
 
-urlpatterns = [
+# The API's operations, which its schema describes.
+operations = [
     path("", views.WorkflowListView.as_view(), name="workflow-list"),
-    path("schema/", SchemaView.as_view(), name="schema"),
-    path("schema/ui/", schema_ui, name="schema-ui"),
     path("<str:name>/", views.WorkflowDetailView.as_view(), name="workflow-detail"),
     path("<str:name>/instances/", views.InstanceListView.as_view(), name="instance-list"),
     path("<str:name>/instances/batch/", views.InstanceBatchView.as_view(), name="instance-batch"),
@@ -19,6 +18,13 @@ urlpatterns = [
          name="instance-event"),
     path("<str:name>/instances/<str:instance_id>/webhooks/<str:event_type>/", views.WebhookView.as_view(),
          name="instance-webhook"),
+]
+
+urlpatterns = [
+    # Before the operations, whose "<str:name>/" would take "schema/" for a workflow's name.
+    path("schema/", SchemaView.as_view(operations=operations), name="schema"),
+    path("schema/ui/", schema_ui, name="schema-ui"),
+    *operations,
     # Anything else under the API's prefix (an id with a '/' in it, a missing trailing slash) is a
     # JSON 404 like every other API error, not the site's HTML page.
     re_path(r"^", views.no_such_endpoint, name="no-such-endpoint"),

@@ -3,6 +3,7 @@
 # make demo   - a small end-to-end example on SQLite (its own, smaller install: the package and [demo])
 # make dist   - build the sdist and wheel into dist/, twine check them, install the wheel in a new venv
 # make chromium - install Debian's Chromium for the admin's browser test (CI does; needs root)
+# make faketime - install Debian's faketime for the clock-skew tests (CI does; needs root)
 #
 # PYTHON=... VENV=... DJANGO='django>=6,<6.1' picks another interpreter and Django;
 # REQUIRE_POSTGRES=1 fails instead of skipping when PostgreSQL is unreachable (CI);
@@ -17,7 +18,7 @@ POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 
-.PHONY: test test-sqlite test-postgres chaos demo demo-smoke clean bench dist chromium
+.PHONY: test test-sqlite test-postgres chaos demo demo-smoke clean bench dist chromium faketime
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,10 +53,11 @@ test-postgres: $(VENV)/.installed
 	DATABASE_URL="$$url" $(PY) -m pytest
 
 # make chaos - the chaos test of issue 8 (about 3 minutes, not part of make test): 500 instances through
-#              workflows_worker commands whose processes are SIGKILLed at random every 1 to 3 s; on SQLite
+#              workflows_worker commands whose processes are SIGKILLed at random every 0.5 to 2 s; on SQLite
 #              with the ORM broker and one command, then on a private PostgreSQL server (started, restarted
 #              mid-run and removed by tests/chaos_postgres.sh) with the Redis broker (127.0.0.1:6379 db 8)
-#              and two commands. CHAOS_SEED=... replays a run's plan.
+#              and two commands, one of them 90 s ahead (libfaketime), and a worker connection cut every
+#              1 to 3 s. CHAOS_SEED=... replays a run's plan.
 chaos: $(VENV)/.installed
 	@echo "== chaos on SQLite: the ORM broker, one worker command"
 	env -u DATABASE_URL TEST_REDIS_DB=8 $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/test_chaos.py
@@ -90,6 +92,10 @@ dist: $(VENV)/.installed
 # Debian's Chromium, which tests/test_admin_browser.py drives through Playwright.
 chromium:
 	@test -x /usr/bin/chromium || (apt-get update -q && apt-get install -y -q chromium)
+
+# make faketime - install Debian's faketime for the clock-skew tests (CI does; needs root)
+faketime:
+	@ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q faketime)
 
 # make bench          - the benchmarks of issue 7 (~20 minutes): prints the table, writes benchmarks/REPORT.md
 #                       and benchmarks/report.png; SQLite, and PostgreSQL (BENCH_POSTGRES_URL, default

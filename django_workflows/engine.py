@@ -212,6 +212,7 @@ def replay(instance_pk: int) -> bool:
     workers: the conditional UPDATE that takes the lease lets one through, and
     the others return at once.
     """
+    taken = time.monotonic()
     instance = leases.take(instance_pk, str(leases.holder()), clock.now(), workflow_settings.LEASE_SECONDS)
     if instance is None:
         return False
@@ -219,7 +220,7 @@ def replay(instance_pk: int) -> bool:
     replay_started.send(sender=Instance, started=time.time(), **signal_args)
     outcome, current = "fenced", Replay(instance)
     try:
-        with leases.keeper.hold(instance_pk, instance.epoch):
+        with leases.keeper.hold(instance_pk, instance.epoch, taken) as current.writer.lease:
             outcome = current.run()
     except StoreError:
         outcome = current.abandon()
@@ -443,6 +444,8 @@ class Replay:
         timeout_seconds = policy.timeout.total_seconds()
 
         while True:
+            # A lease that lapsed or was lost may be another worker's now: its replay runs this body.
+            self.writer.check_lease()
             number = len(attempts) + 1
             started = clock.now()
             failure: BaseException | None = None

@@ -132,6 +132,8 @@ class JournalWriter:
     def __init__(self, instance_pk: int, epoch: int):
         self.instance_pk = instance_pk
         self.epoch = epoch
+        # The replay's leases.Lease, once held: a lapsed or lost lease fences the next write.
+        self.lease = None
         self.alias = router.db_for_write(Step)
         connection = connections[self.alias]
         self.connection = connection
@@ -244,7 +246,14 @@ class JournalWriter:
                 self._open_cursor.close()
             self._open_cursor = self._open_on = None
 
+    def check_lease(self) -> None:
+        """Raise ``Fenced`` if the lease lapsed unrenewed or a renewal found it taken: the epoch check
+        of each write catches a lease taken over, but not a step body run meanwhile."""
+        if self.lease is not None and not self.lease.holds():
+            raise Fenced()
+
     def _execute(self, sql: str, params) -> tuple[int, str]:
+        self.check_lease()
         with engine_statements():
             cursor = self._cursor()
             cursor.execute(sql, params)

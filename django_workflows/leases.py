@@ -3,7 +3,12 @@
 One daemon thread per process renews, every third of ``LEASE_SECONDS``, the
 lease of each replay that has held it that long. A short replay never costs a
 renewal; a worker that dies stops renewing, so its leases expire and another
-worker takes the instances over.
+worker takes the instances over. A replay whose lease lapsed unrenewed (the
+database unreachable, the process frozen) or was found taken runs no further
+step body and writes nothing more (``Lease.holds``).
+
+Lease times are written and compared on the database's clock (``clock``); the
+holder counts its lease on its own monotonic clock, which no skew moves.
 
 A lease names its holder (``Holder``): the host, the process and the thread.
 A worker reclaims at once the leases of this host's processes that are gone,
@@ -28,23 +33,53 @@ from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, Step
 
 
+class Lease:
+    """A replay's lease as its process knows it: until when it holds, and whether it was lost.
+
+    The lease expires in the database at ``lease_expires_at``, written from the database's clock; this
+    process counts the same span on its monotonic clock, from just before the statement that took or
+    renewed it, less a margin. Once that passes without a renewal (the database unreachable, the
+    process frozen), or a renewal finds the epoch moved on, another worker may hold the instance:
+    the replay must neither run another step body nor write again.
+    """
+
+    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost")
+
+    def __init__(self, instance_pk: int, epoch: int, taken: float, seconds: float):
+        self.instance_pk = instance_pk
+        self.epoch = epoch
+        self.lost = False
+        self.extend(taken, seconds)
+
+    def extend(self, since: float, seconds: float) -> None:
+        self.renewed = since
+        self.deadline = since + seconds - min(1.0, seconds / 10)
+
+    def holds(self) -> bool:
+        return not self.lost and time.monotonic() < self.deadline
+
+
 class LeaseKeeper:
     def __init__(self):
         self._lock = threading.Lock()
-        self._held: dict[tuple[int, int], float] = {}
+        self._held: dict[tuple[int, int], Lease] = {}
         self._thread: threading.Thread | None = None
         self._wakeup = threading.Event()
 
     @contextmanager
-    def hold(self, instance_pk: int, epoch: int):
+    def hold(self, instance_pk: int, epoch: int, taken: float | None = None):
+        """Keep the lease taken at ``taken`` (monotonic, just before the statement) renewed while the
+        block runs; yield the ``Lease``."""
         key = (instance_pk, epoch)
+        lease = Lease(instance_pk, epoch, time.monotonic() if taken is None else taken,
+                      workflow_settings.LEASE_SECONDS)
         with self._lock:
-            self._held[key] = time.monotonic()
+            self._held[key] = lease
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="django-workflows-leases", daemon=True)
                 self._thread.start()
         try:
-            yield
+            yield lease
         finally:
             with self._lock:
                 self._held.pop(key, None)
@@ -55,25 +90,34 @@ class LeaseKeeper:
         while True:
             seconds = workflow_settings.LEASE_SECONDS
             interval = max(seconds / 3, 0.2)
-            self._wakeup.wait(min(interval, 1.0))
+            # Waking twice per interval renews a lease between one and one and a half intervals after
+            # the last renewal, well before the holder counts it lapsed (Lease.holds).
+            self._wakeup.wait(min(interval / 2, 1.0))
             due = time.monotonic() - interval
             with self._lock:
-                renew = [key for key, last in self._held.items() if last <= due]
+                renew = [lease for lease in self._held.values() if lease.renewed <= due and not lease.lost]
             if not renew:
                 continue
             try:
+                since = time.monotonic()
                 expires = clock.now() + timedelta(seconds=seconds)
                 # Under the lock, so that no renewal lands after hold() has returned.
                 with self._lock:
-                    for pk, epoch in renew:
-                        if (pk, epoch) not in self._held:
+                    for lease in renew:
+                        if self._held.get((lease.instance_pk, lease.epoch)) is not lease:
                             continue
-                        Instance.objects.filter(pk=pk, epoch=epoch, status__in=leased).update(
-                            lease_expires_at=expires
-                        )
-                        self._held[(pk, epoch)] = time.monotonic()
+                        renewed = Instance.objects.filter(
+                            pk=lease.instance_pk, epoch=lease.epoch, status__in=leased
+                        ).update(lease_expires_at=expires)
+                        if renewed:
+                            lease.extend(since, seconds)
+                        else:
+                            # Terminated, restarted or taken over: the replay stops before its next
+                            # step body or write.
+                            lease.lost = True
             except Exception:
-                # A database hiccup: try again next round; the lease has two more thirds to go.
+                # A database hiccup: try again next round; the lease has two more thirds to go, and
+                # the replay stops by itself if they pass (Lease.holds).
                 pass
             finally:
                 # Renewals are rare (only replays longer than a third of the lease need one), so the

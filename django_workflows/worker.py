@@ -15,7 +15,7 @@ import time
 import uuid
 from datetime import timedelta
 
-from django.db import close_old_connections, connections, router
+from django.db import DatabaseError, close_old_connections, connections, router
 from django.db.models import F
 
 from django_workflows import changes, clock
@@ -178,11 +178,7 @@ class Worker:
 
     def run(self) -> None:
         self.install_signal_handlers()
-        now = clock.now()
-        WorkerHeartbeat.objects.update_or_create(
-            worker_id=self.worker_id,
-            defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "started_at": now, "last_seen": now},
-        )
+        self.register()
         if self.cluster:
             try:
                 self.cluster.start()
@@ -213,7 +209,29 @@ class Worker:
             if self._purger is not None:
                 self._purger.join()
             close_old_connections()
-            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).delete()
+            try:
+                WorkerHeartbeat.objects.filter(worker_id=self.worker_id).delete()
+            except DatabaseError:
+                # Its row goes stale instead; checks and the admin tell a stale heartbeat from a live one.
+                logger.warning("Could not remove this worker's heartbeat on the way out.", exc_info=True)
+
+    def register(self) -> None:
+        """Write this worker's heartbeat row. A database that is restarting, or a connection cut on the
+        way (a failover, a proxy), is waited for as in the loop, rather than ending the worker."""
+        while not self.stop_event.is_set():
+            now = clock.now()
+            try:
+                WorkerHeartbeat.objects.update_or_create(
+                    worker_id=self.worker_id,
+                    defaults={"hostname": socket.gethostname(), "pid": os.getpid(), "started_at": now,
+                              "last_seen": now},
+                )
+                return
+            except DatabaseError:
+                logger.warning("Could not reach the database to register this worker; retrying in a second.",
+                               exc_info=True)
+                close_old_connections()
+                self.stop_event.wait(1.0)
 
     def idle(self, pause: float) -> None:
         """Sleep ``pause`` seconds, less if the database tells of a new wake time or a stop is asked."""

@@ -1,10 +1,13 @@
 """Chaos: 500 instances of a mix of workflows (steps, retries, sleeps, events) run through real
 ``workflows_worker`` commands while a random process of theirs is SIGKILLed every 0.5 to 2 seconds,
-and, on PostgreSQL, the database server is restarted once mid-run.
+and, on PostgreSQL, the database server is restarted once mid-run, a random worker connection is cut
+(``pg_terminate_backend``) every 1 to 3 seconds, and the second worker command runs with its clock 90 s
+ahead (libfaketime).
 
 Afterwards every instance is complete with its expected output; each step has one journal row;
 every step body ran once per journaled attempt, and any extra run was cut short: its process died
-before the step ran again, or the database restart failed its journal write; no step ran after its
+before the step ran again, or the database restart or a cut connection failed its journal write; no
+step ran after its
 result was journaled; every event was consumed exactly once; and no replay of an instance started
 before the previous one had let go of it or its process had died.
 
@@ -15,7 +18,7 @@ alive, whoever killed it.
 ``make chaos`` runs it twice, and ``make test`` never (the ``chaos`` marker is deselected unless
 ``-m`` names it): on SQLite with the ORM broker and one worker command, then on a private
 PostgreSQL server (tests/chaos_postgres.sh, which the test restarts) with the Redis broker and two
-worker commands. ``CHAOS_SEED`` replays a run's plan (which instance does what, which of its events
+worker commands, one of them skewed. ``CHAOS_SEED`` replays a run's plan (which instance does what, which of its events
 are sent early, the intervals between kills and which process each picks); ``CHAOS_INSTANCES``
 changes its size.
 """
@@ -43,6 +46,7 @@ from tests.testapp.chaos import (
     EVENT_TYPE,
     LOG_DIR_VARIABLE,
     PLANNED_FAILURE,
+    SKEW_VARIABLE,
     expected_output,
     expected_step_keys,
     read_logs,
@@ -63,6 +67,9 @@ SETTLE_SECONDS = 90
 # A third of the instances complete, or this many seconds pass: then the database is restarted.
 RESTART_AT_SECONDS = 20
 DATABASE_DOWN_SECONDS = 2.0
+# On PostgreSQL, the second worker command's clock runs this far ahead (libfaketime; the monotonic
+# clock left alone): leases, wake times and deadlines must come from the database's clock.
+SKEW_SECONDS = 90
 # Random kills may hit one instance's replays many times in a row; parking it would lose it.
 WORKER_SETTINGS = {**FAST_RECOVERY, "POISON_LIMIT": 50}
 DATABASE_ERRORS = ("OperationalError", "InterfaceError", "DatabaseError")
@@ -185,6 +192,7 @@ class Chaos:
     left_behind: list[str] = field(default_factory=list)
     forced_stops: int = 0
     sessions: set[int] = field(default_factory=set)
+    skewed_slots: set[int] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     started: int = 0
     stopped_at: float = float("inf")
@@ -192,10 +200,11 @@ class Chaos:
     def __post_init__(self):
         self.watch = ProcessWatch(self.sessions)
 
-    def start_command(self) -> WorkerProcess:
+    def start_command(self, slot: int) -> WorkerProcess:
         self.started += 1
+        env = skewed_env() if slot in self.skewed_slots else {}
         worker = WorkerProcess(self.log_dir, broker=self.broker, workers=2, name=f"command-{self.started}",
-                               settings=WORKER_SETTINGS).start()
+                               settings=WORKER_SETTINGS, env=env).start()
         worker.started_at = time.monotonic()
         worker.up = False
         self.sessions.add(worker.pid)
@@ -203,7 +212,7 @@ class Chaos:
 
     def start(self) -> None:
         self.watch.start()
-        self.workers = [self.start_command() for _ in range(self.commands)]
+        self.workers = [self.start_command(slot) for slot in range(self.commands)]
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="chaos", daemon=True)
         self.thread.start()
@@ -279,7 +288,7 @@ class Chaos:
         while session_of(old.pid, process_table()) and time.monotonic() < deadline:
             time.sleep(0.05)
         self.collect_left_behind(old.pid, "after its command was killed")
-        self.workers[slot] = self.start_command()
+        self.workers[slot] = self.start_command(slot)
         self.restarts += 1
 
     def collect_left_behind(self, session: int, when: str) -> None:
@@ -312,6 +321,53 @@ class Chaos:
         for session in self.sessions:
             self.collect_left_behind(session, "after the commands stopped")
         self.watch.stop()
+
+
+def skewed_env() -> dict:
+    """A worker command whose clock runs SKEW_SECONDS ahead (see tests/test_clock_skew.py)."""
+    from tests.test_clock_skew import skewed_env as faketime_env
+
+    return {**faketime_env(f"+{SKEW_SECONDS}s"), SKEW_VARIABLE: str(SKEW_SECONDS)}
+
+
+# -- connections cut -----------------------------------------------------------------------------
+
+class ConnectionKiller:
+    """Every 1 to 3 seconds, terminates one connection of a worker process (``pg_terminate_backend``
+    from a connection of its own): a failover or a proxy dropping a connection, mid-statement or idle."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.kills: list[tuple[float, int]] = []  # (when, the worker process whose connection it was)
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="connection-killer", daemon=True)
+        self.url = os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + connection.settings_dict["NAME"]
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+
+    def _loop(self) -> None:
+        import psycopg
+
+        while not self.stop_event.wait(self.rng.uniform(1.0, 3.0)):
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=3) as killer:
+                    backends = killer.execute(
+                        "SELECT pid, application_name FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND application_name LIKE 'chaos-%%'"
+                    ).fetchall()
+                    if not backends:
+                        continue
+                    backend, name = self.rng.choice(sorted(backends))
+                    at = time.time()
+                    if killer.execute("SELECT pg_terminate_backend(%s)", [backend]).fetchone()[0]:
+                        self.kills.append((at, int(name.removeprefix("chaos-"))))
+            except psycopg.Error:
+                continue  # the database is restarting
 
 
 # -- the database restart ------------------------------------------------------------------------
@@ -433,13 +489,18 @@ def test_chaos(tmp_path, request, monkeypatch):
     plan = make_plan(rng)
     chaos = Chaos(rng=random.Random(rng.random()), log_dir=tmp_path, marker_dir=log_dir,
                   broker="redis" if postgres else "orm", commands=2 if postgres else 1)
+    if postgres:
+        chaos.skewed_slots = {1}
     restart = PostgresRestart() if postgres else None
+    cuts = ConnectionKiller(random.Random(rng.random())) if postgres else None
     began = time.monotonic()
     heartbeats: list[int] = []
     settled, unsettled = False, Counter()
     events_sent = 0
     try:
         chaos.start()
+        if cuts:
+            cuts.start()
         handle = workflows.get(WORKFLOW)
         for first in range(0, len(plan), 100):
             chunk = plan[first:first + 100]
@@ -448,8 +509,12 @@ def test_chaos(tmp_path, request, monkeypatch):
                 planned.pk = created.pk
         started = time.time()
         events_sent = drive(plan, chaos, restart, started)
+        if cuts:
+            cuts.stop()
         settled, unsettled = wait_until_settled(plan)
     finally:
+        if cuts:
+            cuts.stop()
         if chaos.workers:
             chaos.stop()
             heartbeats = database_call(lambda: list(WorkerHeartbeat.objects.values_list("cluster_restarts",
@@ -462,8 +527,8 @@ def test_chaos(tmp_path, request, monkeypatch):
         for worker in chaos.workers:
             print(f"--- {worker.log_path.name}\n{worker.output()}")
 
-    report = check(plan, chaos, restart, log_dir, postgres)
-    print_figures(setup, seed, elapsed, chaos, restart, heartbeats, events_sent, report)
+    report = check(plan, chaos, restart, cuts, log_dir, postgres)
+    print_figures(setup, seed, elapsed, chaos, restart, cuts, heartbeats, events_sent, report)
 
     assert not chaos.errors, chaos.errors
     assert not chaos.exited, "\n".join(chaos.exited)
@@ -473,9 +538,10 @@ def test_chaos(tmp_path, request, monkeypatch):
     assert not chaos.left_behind, chaos.left_behind[:20]
     assert len(chaos.kills) >= MIN_KILLS, "too few kills to call it chaos"
     assert restart is None or restart.up_at is not None
+    assert cuts is None or len(cuts.kills) >= 10, "too few connections cut"
 
 
-def print_figures(setup, seed, elapsed, chaos: Chaos, restart, heartbeats, events_sent, report) -> None:
+def print_figures(setup, seed, elapsed, chaos: Chaos, restart, cuts, heartbeats, events_sent, report) -> None:
     kinds = Counter(kill.kind for kill in chaos.kills)
     down = f" (down {restart.up_at - restart.down_at:.1f} s)" if restart and restart.up_at else ""
     lines = [
@@ -488,12 +554,15 @@ def print_figures(setup, seed, elapsed, chaos: Chaos, restart, heartbeats, event
                             "after exiting unable to reach the database while starting"),
         ("", f"{sum(heartbeats)} cluster restarts by the commands' watch"),
         ("database restarts", f"{1 if restart and restart.up_at else 0}{down}"),
+        ("connections cut", f"{len(cuts.kills) if cuts else 0}"),
+        ("clock skew", f"command slot 2 runs {SKEW_SECONDS} s ahead" if chaos.skewed_slots else "none"),
         ("events", f"{events_sent} sent, {report['consumed']} consumed once each, "
                    f"{report['buffered']} of them sent before their wait was reached"),
         ("step bodies", f"{report['runs']} runs for {report['attempts']} journaled attempts of "
                         f"{report['steps']} steps"),
         ("ran again", f"{report['reruns_kill']} cut short by a kill, {report['reruns_database']} by the "
-                      f"database restart; {report['database_attempts']} attempts failed by the restart"),
+                      f"database restart, {report['reruns_connection']} by a cut connection; "
+                      f"{report['database_attempts']} attempts failed by the restart or a cut connection"),
         ("replays", f"{report['replays']}, {report['replays_killed']} died with their process, "
                     f"{report['overlaps']} overlapping"),
         ("", f"{report['unseen']} worker processes lived too briefly for the watch to see them"),
@@ -596,7 +665,8 @@ def timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, log_dir: Path,
+def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cuts: ConnectionKiller | None,
+          log_dir: Path,
           postgres: bool) -> dict:
     problems: list[str] = []
     by_pk = {p.pk: p for p in plan}
@@ -631,6 +701,11 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, lo
         gone = f"gone by {found.gone:.3f}" if found.gone else "still alive"
         return (f"pid {pid} ({found.kind or 'worker process'}, seen alive {found.first:.3f} to "
                 f"{found.last:.3f}, {gone})")
+
+    def connection_cut_near(pid: int, moment: float) -> bool:
+        # The journal write follows the body within milliseconds; a connection cut before that, since
+        # the replay's last statement (its take, or the previous step's write), fails it.
+        return cuts is not None and any(who == pid and moment - 2 <= at <= moment + 2 for at, who in cuts.kills)
 
     def died_before(pid: int, moment: float) -> bool:
         found = life(pid)
@@ -744,6 +819,8 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, lo
                 reruns["database"] += 1
             elif died_before(run["pid"], following["at"]):
                 reruns["kill"] += 1
+            elif connection_cut_near(run["pid"], run["at"]):
+                reruns["connection"] += 1
             else:
                 problems.append(f"{name}: step {key} ran twice: it {how}, and again at {following['at']:.3f}")
 
@@ -785,6 +862,7 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, lo
         "runs": body_runs,
         "reruns_kill": reruns["kill"],
         "reruns_database": reruns["database"],
+        "reruns_connection": reruns["connection"],
         "database_attempts": database_attempts,
         "replays": replay_count,
         "replays_killed": killed_replays,

@@ -21,13 +21,16 @@ FAST_RECOVERY = {"LEASE_SECONDS": 3, "SWEEP_INTERVAL": 0.5, "REDISPATCH_SECONDS"
 
 class WorkerProcess:
     def __init__(self, log_dir: Path, *, broker: str = "orm", workers: int = 2, name: str = "worker",
-                 settings: dict | None = None, command: str = "workflows_worker", extra_args=()):
+                 settings: dict | None = None, command: str = "workflows_worker", extra_args=(),
+                 env: dict | None = None):
         self.log_path = log_dir / f"{name}.log"
         self.broker = broker
         self.workers = workers
         self.settings = {**FAST_RECOVERY, **(settings or {})}
         self.command = command
         self.extra_args = list(extra_args)
+        # More environment for the worker (libfaketime, say).
+        self.extra_env = dict(env or {})
         self.process: subprocess.Popen | None = None
 
     def env(self) -> dict:
@@ -40,6 +43,7 @@ class WorkerProcess:
             "TEST_AUDIT_REPLAYS": "1",
             "PYTHONPATH": str(ROOT),
         })
+        env.update(self.extra_env)
         return env
 
     def start(self) -> WorkerProcess:

@@ -13,9 +13,12 @@ class TestAppConfig(AppConfig):
 
         if os.environ.get("TEST_CHAOS_LOG_DIR"):
             # The chaos test restarts the database: its audit goes to files, which stay writable.
+            from django.db.backends.signals import connection_created
             from django_q.signals import post_spawn
 
             from tests.testapp import chaos
+
+            connection_created.connect(chaos.name_connection)
 
             replay_started.connect(chaos.replay_started)
             replay_finished.connect(chaos.replay_finished)

@@ -50,26 +50,43 @@ def read_logs(directory) -> list[list]:
     return records
 
 
+# A worker command run with its clock skewed (libfaketime) is told by how much: its records are kept in
+# the host's time, so that the test can compare them with other processes' records and the journal's times.
+SKEW_VARIABLE = "TEST_CHAOS_SKEW_SECONDS"
+
+
+def real_time(moment: float) -> float:
+    return moment - float(os.environ.get(SKEW_VARIABLE) or 0)
+
+
+def name_connection(sender, connection, **kwargs):
+    """Name each PostgreSQL connection after its process, so that the test's connection killer can say
+    whose connection it cut."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('application_name', %s, false)", [f"chaos-{os.getpid()}"])
+
+
 def side_effect(instance_id: str, key: str, body, busy_ms: int = 0):
     """Run a step body between two log records: ``run`` before it, ``ran`` once it returned or raised.
     The body takes ``busy_ms`` milliseconds, so that kills land inside step bodies too."""
     token = uuid.uuid4().hex[:12]
-    log("run", instance_id, key, os.getpid(), time.time(), token)
+    log("run", instance_id, key, os.getpid(), real_time(time.time()), token)
     try:
         time.sleep(busy_ms / 1000)
         return body()
     finally:
-        log("ran", instance_id, key, os.getpid(), time.time(), token)
+        log("ran", instance_id, key, os.getpid(), real_time(time.time()), token)
 
 
 # Replay audit and worker roles, connected by the test app when TEST_CHAOS_LOG_DIR is set.
 
 def replay_started(sender, instance_pk, epoch, started, **kwargs):
-    log("replay", instance_pk, epoch, os.getpid(), started)
+    log("replay", instance_pk, epoch, os.getpid(), real_time(started))
 
 
 def replay_finished(sender, instance_pk, epoch, outcome, released, **kwargs):
-    log("released", instance_pk, epoch, os.getpid(), released, outcome)
+    log("released", instance_pk, epoch, os.getpid(), real_time(released), outcome)
 
 
 def worker_spawned(sender, proc_name, **kwargs):

@@ -407,3 +407,31 @@ class Program(WorkflowEntrypoint):
 
 # The chaos test's workflow lives with its log helpers; importing it here registers it.
 from tests.testapp.chaos import ChaosMix  # noqa: E402, F401
+
+
+class Skewed(WorkflowEntrypoint):
+    """Steps that take a while, then a sleep: each step body is logged with the monotonic clock, which
+    all processes of a host share and ``faketime`` leaves alone (see tests/test_clock_skew.py)."""
+
+    def run(self, event, step):
+        import json
+        import os
+        import time
+
+        def body(key):
+            def logged():
+                path = os.path.join(os.environ["TEST_SKEW_LOG_DIR"], f"{os.getpid()}.jsonl")
+                with open(path, "a") as log:
+                    log.write(json.dumps(["run", event.instance_id, key, time.monotonic()]) + "\n")
+                    log.flush()
+                    deadline = time.monotonic() + event.payload["busy"]
+                    while time.monotonic() < deadline:  # not time.sleep: faketime breaks it
+                        pass
+                    log.write(json.dumps(["ran", event.instance_id, key, time.monotonic()]) + "\n")
+                return key
+            return logged
+
+        for n in range(event.payload["steps"]):
+            step.do(f"work {n}", body(f"work {n}"))
+        step.sleep("nap", f"{event.payload['nap']} seconds")
+        return step.do("after nap", body("after nap"))

@@ -1,0 +1,232 @@
+"""Time comes from the database: a machine whose clock is off neither shortens another's lease nor
+wakes a timer early, and a replay whose lease lapsed or was lost runs no more step bodies.
+
+The skewed processes run under Debian's ``faketime`` (90 s ahead), with the monotonic clock left
+alone (FAKETIME_DONT_FAKE_MONOTONIC=1): one host's processes then compare step bodies' times on it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import F
+from django.test.utils import CaptureQueriesContext
+
+from django_workflows import WorkflowEntrypoint, clock, leases, workflows
+from django_workflows.definition import registry
+from django_workflows.engine import replay
+from django_workflows.models import Instance, Step
+from tests.test_worker import redis_broker, start_worker, wait_status  # noqa: F401  (fixtures)
+from tests.workers import ROOT, wait_for
+
+def skewed_env(skew: str = "+90s") -> dict:
+    """The environment of a process whose clock is ``skew`` ahead: libfaketime preloaded (not the
+    ``faketime`` command, which would stand between a worker and the signals sent to it)."""
+    library = next(iter(glob.glob("/usr/lib/*/faketime/libfaketime.so.1")), None)
+    assert library, "Debian's faketime is needed (apt-get install faketime; .ci/run installs it)"
+    return {
+        "LD_PRELOAD": library,
+        "FAKETIME": skew,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        # time.sleep fails under faketime: tests/skewed/sitecustomize.py sleeps through select().
+        "PYTHONPATH": f"{ROOT / 'tests' / 'skewed'}{os.pathsep}{ROOT}",
+    }
+
+
+def database_time() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0].astimezone(UTC)
+
+
+# -- the clock ------------------------------------------------------------------------------------
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_process_whose_clock_is_90_s_ahead_reads_the_database_servers_time():
+    script = (
+        "import django, json, time; django.setup(); from django_workflows import clock; "
+        "print(json.dumps([clock.now().timestamp(), time.time()]))"
+    )
+    env = {**os.environ, **skewed_env(), "DJANGO_SETTINGS_MODULE": "tests.settings",
+           "TEST_DATABASE_NAME": str(connection.settings_dict["NAME"])}
+    before = database_time().timestamp()
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    after = database_time().timestamp()
+    assert done.returncode == 0, done.stderr
+    engine_time, own_time = json.loads(done.stdout.strip().splitlines()[-1])
+    assert own_time - after > 80, "faketime did not move the process's clock"
+    assert before - 0.5 <= engine_time <= after + 0.5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_clock_is_read_on_a_connection_of_its_own_and_only_where_the_database_is_elsewhere():
+    reading = clock.DatabaseClock()
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        moment = reading.now()
+    # Neither inside the caller's transaction nor in its query count.
+    assert len(queries) == 0
+    if connection.vendor == "sqlite":
+        # The database is a file on this machine: its clock is this machine's, and nothing is read.
+        assert reading._local and reading._base is None
+        assert abs((moment - datetime.now(UTC)).total_seconds()) < 0.01
+    else:
+        assert reading._base is not None, "the clock was not read from the database"
+        assert abs((moment - database_time()).total_seconds()) < 1
+
+
+# -- a lease that lapsed or was lost ------------------------------------------------------------
+
+ran: list[str] = []
+between_steps: list = []
+
+
+class BetweenSteps(WorkflowEntrypoint):
+    """Two steps, and code of run()'s own between them, where a test makes the lease lapse."""
+
+    name = "between-steps"
+
+    def run(self, event, step):
+        step.do("first", lambda: ran.append("first") or 1)
+        between_steps[0]()
+        step.do("second", lambda: ran.append("second") or 2)
+        return "done"
+
+
+registry.unregister(BetweenSteps)
+
+
+@pytest.fixture
+def between(settings):
+    settings.DJANGO_WORKFLOWS = {**getattr(settings, "DJANGO_WORKFLOWS", {}), "LEASE_SECONDS": 1.5}
+    ran.clear()
+    registry.register(BetweenSteps)
+    yield between_steps
+    registry.unregister(BetweenSteps)
+    between_steps.clear()
+    ran.clear()
+
+
+def renewals_blocked_for(instance_pk: int, seconds: float) -> threading.Thread:
+    """Another connection holds the instance's row (PostgreSQL) or the write lock (SQLite) for
+    ``seconds``: the lease keeper's renewals wait, as for a database that does not answer."""
+    locked = threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                Instance.objects.filter(pk=instance_pk).update(current_step=F("current_step"))
+                locked.set()
+                time.sleep(seconds)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert locked.wait(10)
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_whose_lease_lapsed_unrenewed_runs_no_more_step_bodies(between):
+    instance = workflows.get("between-steps").create(id="lapsed")
+    blockers = []
+
+    def lapse():
+        blockers.append(renewals_blocked_for(instance.pk, 3.0))
+        # Past the lease (1.5 s): another worker may have taken it over by now.
+        time.sleep(2.0)
+
+    between.append(lapse)
+    replay(instance.pk)
+    blockers[0].join()
+    assert ran == ["first"]
+    row = Instance.objects.get(pk=instance.pk)
+    # Left as it was, for the sweeper to hand to a worker once the lease has expired.
+    assert (row.status, row.epoch) == ("running", 1)
+    assert list(Step.objects.filter(instance_id=instance.pk).values_list("name", flat=True)) == ["first"]
+
+    between[0] = lambda: None
+    Instance.objects.filter(pk=instance.pk).update(lease_expires_at=clock.now() - timedelta(seconds=1))
+    replay(instance.pk)
+    assert ran == ["first", "second"]
+    assert Instance.objects.get(pk=instance.pk).status == "complete"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_renewal_that_finds_the_epoch_moved_stops_the_replay_before_its_next_step(between):
+    instance = workflows.get("between-steps").create(id="taken-over")
+
+    def taken_over():
+        # Another worker took the lease over (or the instance was restarted): the epoch moved on.
+        Instance.objects.filter(pk=instance.pk).update(epoch=F("epoch") + 1)
+        wait_for(lambda: any(lease.lost for lease in list(leases.keeper._held.values())), 5,
+                 message="a renewal to find the epoch moved")
+
+    between.append(taken_over)
+    replay(instance.pk)
+    assert ran == ["first"]
+
+
+# -- a worker 90 s ahead of another ---------------------------------------------------------------
+
+def read_skew_log(directory: Path) -> list[tuple]:
+    records = []
+    for path in directory.glob("*.jsonl"):
+        pid = int(path.stem)
+        for line in path.read_text().splitlines():
+            try:
+                kind, instance_id, key, at = json.loads(line)
+            except ValueError:
+                continue  # cut short by the end of the test
+            records.append((kind, instance_id, key, at, pid))
+    return records
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_90_s_ahead_overlaps_no_step_body_with_another_and_wakes_no_timer_early(
+        start_worker, redis_broker, tmp_path):  # noqa: F811
+    log_dir = tmp_path / "bodies"
+    log_dir.mkdir()
+    env = {"TEST_SKEW_LOG_DIR": str(log_dir)}
+    start_worker(name="on-time", broker="redis", env=env)
+    start_worker(name="ahead", broker="redis", env={**env, **skewed_env()})
+    nap = 6
+    handle = workflows.get("skewed")
+    instances = [handle.create(id=f"skew-{n}", params={"steps": 3, "busy": 1.0, "nap": nap}) for n in range(6)]
+    for instance in instances:
+        wait_status(instance, "complete", 90)
+
+    records = read_skew_log(log_dir)
+    pids = {pid for *_, pid in records}
+    assert len(pids) >= 2, "both workers should have run step bodies"
+    runs = defaultdict(list)  # (instance, key) -> [(start, end, pid)]
+    started = {}
+    for kind, instance_id, key, at, pid in sorted(records, key=lambda r: r[3]):
+        if kind == "run":
+            started[(instance_id, key, pid)] = at
+        else:
+            runs[(instance_id, key)].append((started.pop((instance_id, key, pid)), at, pid))
+    for (instance_id, key), spans in runs.items():
+        # Every body ran once, to its end: no replay took over a lease that had not expired.
+        assert len(spans) == 1, f"{instance_id} {key} ran {len(spans)} times: {spans}"
+    assert not started, f"bodies cut short: {started}"
+    for instance in instances:
+        instance_id = instance.id
+        before_nap = runs[(instance_id, "work 2")][0][1]
+        after_nap = runs[(instance_id, "after nap")][0][0]
+        # The sleep began once "work 2" was journaled, after its body ended.
+        assert after_nap - before_nap >= nap - 0.1, f"{instance_id} woke {after_nap - before_nap:.1f} s after its nap began"

@@ -1,0 +1,177 @@
+"""An attempt interrupted by its timeout leaves nothing behind in the database.
+
+The step bodies here spend nearly all their time inside Django's and the driver's code (a transaction
+around one query, over and over), so the interruption lands there, in the middle of a BEGIN, a query
+or a COMMIT. Whatever state that leaves the body's connection in, the attempt is failed as timed out
+and retried by its policy, and the journal goes on as if nothing happened: no transaction stays open,
+no lock outlives the attempt, no journal row is lost, no instance is parked as poison.
+"""
+
+import sqlite3
+from collections import Counter
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F
+
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.definition import registry
+from django_workflows.engine import replay
+from django_workflows.models import Instance, Step
+from django_workflows.testing import run_workflows
+from tests.testapp.models import SideEffect
+
+INSTANCES = 30
+STEPS = 5
+TIMED_OUT_PER_STEP = 2  # 30 instances x 5 steps x 2 = 300 interrupted attempts
+
+# Attempts started, by (instance id, step name): a step's first attempts run until interrupted, the
+# next one finishes at once.
+started = Counter()
+
+
+def database_heavy(instance_id: str, name: str, writes: bool):
+    def attempt():
+        started[instance_id, name] += 1
+        if started[instance_id, name] > TIMED_OUT_PER_STEP:
+            with transaction.atomic():
+                SideEffect.objects.filter(name=instance_id).update(count=F("count") + 1)
+            return started[instance_id, name]
+        while True:
+            with transaction.atomic():
+                if writes:
+                    # Takes SQLite's write lock, or the row's lock on PostgreSQL, until the commit.
+                    SideEffect.objects.filter(name=instance_id).update(count=F("count") + 1)
+                else:
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT 1")
+
+    return attempt
+
+
+class DatabaseHeavy(WorkflowEntrypoint):
+    """Steps that time out inside their own transactions, then succeed."""
+
+    name = "database-heavy-timeouts"
+
+    def run(self, event, step):
+        results = []
+        for number in range(STEPS):
+            name = f"query-{number}"
+            # Half the steps retry at once, in the same replay: the next attempt uses the connection
+            # right after the interrupted one. The others wait a second: the journal row that records
+            # the timed-out attempt, and the lease's release, are written right after it.
+            delay = 0 if number % 2 else "1 second"
+            config = {"timeout": "30 milliseconds", "retries": {"limit": 5, "delay": delay, "backoff": "constant"}}
+            results.append(step.do(name, database_heavy(event.instance_id, name, writes=number < 3),
+                                   config=config))
+        return results
+
+
+# Only the tests here see it.
+registry.unregister(DatabaseHeavy)
+
+
+@pytest.fixture
+def database_heavy_workflow():
+    started.clear()
+    registry.register(DatabaseHeavy)
+    yield DatabaseHeavy
+    registry.unregister(DatabaseHeavy)
+    started.clear()
+
+
+def _pg_dsn() -> dict:
+    params = connection.get_connection_params()
+    return {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
+
+
+def left_behind() -> list[str]:
+    """What a replay left open or broken, seen from outside it and on its own connection."""
+    left = []
+    raw = connection.connection
+    if connection.vendor == "sqlite":
+        if raw is not None and raw.in_transaction:
+            left.append("the replay's connection is inside a transaction")
+        other = sqlite3.connect(connection.settings_dict["NAME"], timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # SQLite's one write lock: free at once, or held by someone
+            other.execute("ROLLBACK")
+        except sqlite3.OperationalError as exc:
+            left.append(f"another connection cannot take the write lock: {exc}")
+        finally:
+            other.close()
+        return left
+    if raw is not None and raw.closed:
+        left.append("the replay's connection was closed under Django: the next statement on it fails")
+    elif raw is not None and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        left.append(f"the replay's connection is {raw.info.transaction_status.name}")
+    with psycopg.connect(**_pg_dsn(), autocommit=True) as other:
+        rows = other.execute(
+            "SELECT pid, state, query FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'"
+        ).fetchall()
+        left += [f"backend {pid} is {state} after {query!r}" for pid, state, query in rows]
+        locks = other.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE a.datname = current_database() AND l.pid <> pg_backend_pid() "
+            "AND l.locktype IN ('tuple', 'transactionid') AND l.granted"
+        ).fetchone()[0]
+        if locks:
+            left.append(f"{locks} row or transaction locks are held")
+    return left
+
+
+def run_checking_each_replay(env) -> int:
+    """``run_until_idle()``, looking after every replay for what it may have left open, then closing
+    the connection if the replay left it unusable, as a worker does between tasks."""
+    ran = 0
+    while True:
+        if env.executor.queue:
+            pk = env.executor.queue.popleft()
+        else:
+            pk = Instance.objects.due(env.now).order_by("wake_at", "pk").values_list("pk", flat=True).first()
+            if pk is None:
+                return ran
+        replay(pk)
+        ran += 1
+        left = left_behind()
+        assert not left, f"after replay {ran} (instance {pk}): {left}"
+        close_old_connections()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_300_timeouts_inside_database_calls_leave_no_transaction_lock_lost_row_or_poison(
+    database_heavy_workflow
+):
+    ids = [f"heavy-{n}" for n in range(INSTANCES)]
+    SideEffect.objects.bulk_create([SideEffect(name=instance_id) for instance_id in ids])
+    with run_workflows() as env:
+        for instance_id in ids:
+            workflows.get(DatabaseHeavy.name).create(id=instance_id)
+        for _ in range(STEPS * (TIMED_OUT_PER_STEP + 1)):
+            run_checking_each_replay(env)
+            env.clock.advance(timedelta(seconds=1))
+        run_checking_each_replay(env)
+
+    # What was committed, read on a new connection: the replays' connection had nothing left to commit.
+    connection.close()
+    instances = list(Instance.objects.filter(workflow_name=DatabaseHeavy.name))
+    assert len(instances) == INSTANCES
+    assert Counter(row.status for row in instances) == {"complete": INSTANCES}
+    assert [row.instance_id for row in instances if row.crash_count or row.error or row.lease_owner] == []
+
+    steps = list(Step.objects.filter(instance__workflow_name=DatabaseHeavy.name))
+    assert len(steps) == INSTANCES * STEPS
+    assert len({(step.instance_id, step.key) for step in steps}) == INSTANCES * STEPS
+    assert Counter(step.status for step in steps) == {"succeeded": INSTANCES * STEPS}
+    failures = Counter(attempt["error"]["name"] for step in steps for attempt in step.attempts if not attempt["success"])
+    # Every failed attempt was a timeout (none a "database is locked", "cannot start a transaction
+    # within a transaction" or "another command is already in progress"), and each one is journaled.
+    assert set(failures) == {"StepTimeoutError"}
+    assert failures["StepTimeoutError"] >= INSTANCES * STEPS * TIMED_OUT_PER_STEP
+    assert all(step.attempts[-1]["success"] for step in steps)
+    # Each step's body finished once, in its last attempt; its result is the number of that attempt.
+    assert sorted(step.result for step in steps) == sorted(len(step.attempts) for step in steps)

@@ -447,7 +447,11 @@ class Replay:
             started = clock.now()
             failure: BaseException | None = None
             try:
-                text, value = encode(call_with_timeout(fn, timeout_seconds), self.result_limit)
+                # Nothing else runs between arming the attempt's timeout and disarming it, and an
+                # interrupted attempt's connections are discarded before it returns: the journal
+                # writes below never meet a connection the interruption left mid-transaction.
+                returned = call_with_timeout(fn, timeout_seconds, self.writer.connection)
+                text, value = encode(returned, self.result_limit)
             except AttemptTimedOut:
                 failure = StepTimeoutError(
                     f"Step {name!r}: attempt {number} ran past its timeout of {policy.timeout}",

@@ -175,3 +175,167 @@ def test_300_timeouts_inside_database_calls_leave_no_transaction_lock_lost_row_o
     assert all(step.attempts[-1]["success"] for step in steps)
     # Each step's body finished once, in its last attempt; its result is the number of that attempt.
     assert sorted(step.result for step in steps) == sorted(len(step.attempts) for step in steps)
+
+
+# -- one interrupted attempt, closer up --------------------------------------------------------------
+
+swallowed = Counter()
+
+
+class Stubborn(WorkflowEntrypoint):
+    """A body that swallows the interruption with a bare ``except:``, inside its own transaction."""
+
+    name = "stubborn-timeouts"
+
+    def run(self, event, step):
+        def stubborn():
+            swallowed["attempts"] += 1
+            if swallowed["attempts"] > 1:
+                return "second attempt"
+            for _ in range(10**9):
+                try:
+                    with transaction.atomic():
+                        SideEffect.objects.filter(name="stubborn").update(count=F("count") + 1)
+                except:  # noqa: E722 - what the engine must not be fooled by
+                    swallowed["interruptions"] += 1
+                    break
+            return "swallowed it"
+
+        return step.do("stubborn", stubborn, config={"timeout": "30 milliseconds",
+                                                     "retries": {"limit": 1, "delay": 0}})
+
+
+registry.unregister(Stubborn)
+
+
+@pytest.fixture
+def register():
+    registered = []
+
+    def register(cls):
+        registry.register(cls)
+        registered.append(cls)
+
+    yield register
+    for cls in registered:
+        registry.unregister(cls)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attempt_that_swallows_the_interruption_is_a_timeout_and_its_transaction_is_rolled_back(register):
+    register(Stubborn)
+    swallowed.clear()
+    SideEffect.objects.create(name="stubborn")
+    with run_workflows() as env:
+        instance = workflows.get(Stubborn.name).create(id="stubborn")
+        run_checking_each_replay(env)
+    assert swallowed["interruptions"] == 1
+    assert instance.status() == {"status": "complete", "output": "second attempt", "error": None}
+    step = Step.objects.get(instance_id=instance.pk)
+    assert [(a["success"], a.get("error", {}).get("name")) for a in step.attempts] == [
+        (False, "StepTimeoutError"), (True, None)
+    ]
+
+
+def _lock_is_free(row_name: str) -> bool:
+    """From another connection: can the row be locked (SQLite: can the database be written) at once?"""
+    if connection.vendor == "sqlite":
+        other = sqlite3.connect(connection.settings_dict["NAME"], timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            other.close()
+    with psycopg.connect(**_pg_dsn()) as other:
+        try:
+            other.execute(f"SELECT 1 FROM {SideEffect._meta.db_table} WHERE name = %s FOR UPDATE NOWAIT",
+                          [row_name])
+            return True
+        except psycopg.errors.LockNotAvailable:
+            return False
+
+
+def _begin_unknown_to_django():
+    """As an interruption right after Django's BEGIN can leave it: Django believes it is in autocommit."""
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN IMMEDIATE" if connection.vendor == "sqlite" else "BEGIN")
+
+
+def _atomic_block_never_exited():
+    """As an interruption inside ``Atomic.__exit__`` can leave it: Django believes it is still inside."""
+    transaction.atomic().__enter__()
+
+
+@pytest.mark.parametrize("interrupted", [_begin_unknown_to_django, _atomic_block_never_exited])
+@pytest.mark.django_db(transaction=True)
+def test_discarding_ends_the_interrupted_transaction_and_the_next_statement_opens_a_new_connection(interrupted):
+    from django_workflows.timeouts import discard_connections
+
+    SideEffect.objects.create(name="locked", count=1)
+    ran_on_commit = []
+    interrupted()
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {SideEffect._meta.db_table} SET count = 2 WHERE name = %s", ["locked"])
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: ran_on_commit.append(True))
+    assert not _lock_is_free("locked")
+    old = connection.connection
+
+    discard_connections()
+
+    assert _lock_is_free("locked")
+    assert connection.connection is None and not connection.in_atomic_block
+    assert SideEffect.objects.get(name="locked").count == 1  # on a new connection: the update rolled back
+    assert connection.connection is not old and connection.get_autocommit()
+    with transaction.atomic():
+        SideEffect.objects.filter(name="locked").update(count=3)
+    # Committed, and the interrupted transaction's on_commit callback was dropped with its work.
+    assert SideEffect.objects.get(name="locked").count == 3 and ran_on_commit == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_discarding_cancels_a_statement_still_running_and_releases_its_locks_at_once():
+    from django_workflows.timeouts import discard_connections
+
+    SideEffect.objects.create(name="locked")
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute(f"SELECT 1 FROM {SideEffect._meta.db_table} WHERE name = %s FOR UPDATE", ["locked"])
+    # Interrupted between sending a statement and reading its result: "another command is already in
+    # progress" for anything else sent on this connection.
+    connection.connection.pgconn.send_query(b"SELECT pg_sleep(30) /* interrupted */")
+
+    discard_connections()
+
+    # Rolled back now, not when the server notices the connection is gone (here: after 30 s).
+    assert _lock_is_free("locked")
+    with psycopg.connect(**_pg_dsn(), autocommit=True) as other:
+        still_running = other.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state = 'active'",
+            ["%/* interrupted */%"],
+        ).fetchone()[0]
+    assert still_running == 0
+
+
+def test_a_transaction_the_attempt_began_in_is_the_callers_and_is_kept(workflows_env):
+    from django_workflows.timeouts import callers_transactions, discard_connections
+
+    SideEffect.objects.create(name="the test's own row")
+    raw = connection.connection
+    callers = callers_transactions()
+    assert [wrapper.alias for wrapper in callers] == ["default"]
+
+    discard_connections(keep=callers)
+
+    assert connection.connection is raw and connection.in_atomic_block
+    assert SideEffect.objects.filter(name="the test's own row").exists()
+    # And a step that times out inside it is failed and retried, the test's transaction going on.
+    instance = workflows.get("slow").create()
+    workflows_env.run_until_idle()
+    workflows_env.advance("1 second")
+    assert instance.status()["output"] == "fast enough"
+    assert connection.connection is raw and SideEffect.objects.filter(name="the test's own row").exists()

@@ -205,7 +205,18 @@ class Stubborn(WorkflowEntrypoint):
                                                      "retries": {"limit": 1, "delay": 0}})
 
 
+class CallsAStepFromAStep(WorkflowEntrypoint):
+    name = "step-inside-a-step"
+
+    def run(self, event, step):
+        try:
+            return step.do("outer", lambda: step.do("inner", lambda: 1))
+        except Exception:
+            return "caught"
+
+
 registry.unregister(Stubborn)
+registry.unregister(CallsAStepFromAStep)
 
 
 @pytest.fixture
@@ -235,6 +246,17 @@ def test_an_attempt_that_swallows_the_interruption_is_a_timeout_and_its_transact
     assert [(a["success"], a.get("error", {}).get("name")) for a in step.attempts] == [
         (False, "StepTimeoutError"), (True, None)
     ]
+
+
+def test_a_step_called_inside_another_steps_body_errors_the_instance_and_journals_nothing(register, workflows_env):
+    register(CallsAStepFromAStep)
+    instance = workflows.get(CallsAStepFromAStep.name).create(id="nested")
+    workflows_env.run_until_idle()
+    status = instance.status()
+    assert status["status"] == "errored"
+    assert status["error"]["name"] == "InvalidStepInput"
+    assert "'inner' was called inside the body of step 'outer-1'" in status["error"]["message"]
+    assert not Step.objects.filter(instance_id=instance.pk).exists()
 
 
 def _lock_is_free(row_name: str) -> bool:

@@ -28,7 +28,8 @@ attempt, and the attempt's connections end with it:
 
 - It can arrive only between ``watch()`` and ``unwatch()``: ``unwatch`` withdraws
   an interruption fired but not yet raised, under the watchdog's lock, and the
-  engine makes no database call in between.
+  engine makes no database call in between (a step called from inside a step's
+  body errors the instance instead of writing the journal).
 - An attempt whose watch fired is a timeout, whatever it raised or returned
   afterwards: Django's ``Atomic.__exit__`` failing on the broken connection, or a
   bare ``except:`` that swallowed the interruption.
@@ -56,6 +57,7 @@ import time
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+
 
 def _set_async_exc(thread_id: int, exc_type) -> None:
     # ``None`` passes NULL, which withdraws a pending exception.

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import close_old_connections, connection, transaction
+from django.db import InterfaceError, close_old_connections, connection, transaction
 from django.db.models import F
 
 from django_workflows import WorkflowEntrypoint, workflows
@@ -183,7 +183,8 @@ swallowed = Counter()
 
 
 class Stubborn(WorkflowEntrypoint):
-    """A body that swallows the interruption with a bare ``except:``, inside its own transaction."""
+    """A body that catches the interruption inside its own transaction, with a bare ``except:``: it
+    then returns as if done, or raises the error a rollback on a broken connection raises."""
 
     name = "stubborn-timeouts"
 
@@ -198,6 +199,8 @@ class Stubborn(WorkflowEntrypoint):
                         SideEffect.objects.filter(name="stubborn").update(count=F("count") + 1)
                 except:  # noqa: E722 - what the engine must not be fooled by
                     swallowed["interruptions"] += 1
+                    if event.payload["then"] == "raise":
+                        raise InterfaceError("connection already closed") from None
                     break
             return "swallowed it"
 
@@ -232,13 +235,14 @@ def register():
         registry.unregister(cls)
 
 
+@pytest.mark.parametrize("then", ["return", "raise"])
 @pytest.mark.django_db(transaction=True)
-def test_an_attempt_that_swallows_the_interruption_is_a_timeout_and_its_transaction_is_rolled_back(register):
+def test_an_interrupted_attempt_is_a_timeout_whatever_it_does_with_the_interruption(register, then):
     register(Stubborn)
     swallowed.clear()
     SideEffect.objects.create(name="stubborn")
     with run_workflows() as env:
-        instance = workflows.get(Stubborn.name).create(id="stubborn")
+        instance = workflows.get(Stubborn.name).create(id="stubborn", params={"then": then})
         run_checking_each_replay(env)
     assert swallowed["interruptions"] == 1
     assert instance.status() == {"status": "complete", "output": "second attempt", "error": None}

@@ -241,6 +241,9 @@ class Replay:
         self.steps_taken = 0
         self.step_limit = workflow_settings.STEP_LIMIT
         self.fatal: WorkflowError | None = None
+        # The key of the step whose body is running: an interruption by its timeout may arrive
+        # meanwhile, so the engine must not touch the journal until it returns.
+        self.running_step: str | None = None
         self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
         # Wall-clock time just before the write that releases the lease, for replay_finished.
         self.released: float | None = None
@@ -386,6 +389,13 @@ class Replay:
         _check_name(name)
         if self.fatal is not None:
             raise self.fatal
+        if self.running_step is not None:
+            self.fail_fatally(InvalidStepInput(
+                f"Step {name!r} was called inside the body of step {self.running_step!r}: call steps from "
+                "run(), not from another step's function (a step's body may be interrupted by its "
+                "timeout at any point, and may run again)",
+                step=self.running_step,
+            ))
         count = self.occurrences.get(name, 0) + 1
         self.occurrences[name] = count
         return f"{name}-{count}"
@@ -449,8 +459,13 @@ class Replay:
             number = len(attempts) + 1
             started = clock.now()
             failure: BaseException | None = None
+            self.running_step = key
             try:
-                text, value = encode(call_with_timeout(fn, timeout_seconds), self.result_limit)
+                # Nothing else runs between arming the attempt's timeout and disarming it, and an
+                # interrupted attempt's connections are discarded before it returns: the journal
+                # writes below never meet a connection the interruption left mid-transaction.
+                returned = call_with_timeout(fn, timeout_seconds, self.writer.connection)
+                text, value = encode(returned, self.result_limit)
             except AttemptTimedOut:
                 failure = StepTimeoutError(
                     f"Step {name!r}: attempt {number} ran past its timeout of {policy.timeout}",
@@ -460,6 +475,10 @@ class Replay:
                 failure = StepResultError(f"Step {name!r} returned a value that {exc}", step=key)
             except _USER_FAILURES as exc:
                 failure = exc
+            finally:
+                self.running_step = None
+            if self.fatal is not None:
+                raise self.fatal
             ended = clock.now()
             attempt = {"attempt": number, "start": _iso(started), "end": _iso(ended), "success": failure is None}
             if failure is None:

@@ -1,4 +1,4 @@
-"""Per-attempt step timeouts without ``signal.alarm``.
+"""Per-attempt step timeouts without ``signal.alarm``, and what an interrupted attempt leaves behind.
 
 django-q2 owns SIGALRM for its own task timeout, so an attempt's deadline is
 watched by one daemon thread per process. When a deadline passes while the
@@ -8,6 +8,42 @@ code at the next bytecode; code blocked inside C (a socket read with no
 timeout, ``time.sleep``) is interrupted when it returns to Python. Either way
 the engine also measures the attempt and fails it as timed out if it ran too
 long, even if the user's code swallowed the interruption.
+
+The body runs in the replay's own thread: handing each attempt to another
+thread would cost every step two context switches, and a body abandoned in a
+thread of its own would go on with its side effects. So the interruption can
+land anywhere in the body, including inside Django's or the driver's code: after
+a BEGIN and before Django notes it, halfway through a query's exchange with the
+server, inside a COMMIT. The connection is then in a state Django does not know
+of (a transaction open under a wrapper that believes it is in autocommit, a
+result half read), and the journal, which writes on that same connection right
+after the attempt, would inherit it: its rows left uncommitted under SQLite's
+write lock, or "another command is already in progress" on PostgreSQL.
+
+Deferring the interruption while a query runs cannot prevent that: the
+exception is raised at the thread's next check, by which time it may have
+entered Django's transaction code, and a body that spends its time in queries
+would never be interrupted at all. Instead, the interruption is confined to the
+attempt, and the attempt's connections end with it:
+
+- It can arrive only between ``watch()`` and ``unwatch()``: ``unwatch`` withdraws
+  an interruption fired but not yet raised, under the watchdog's lock, and the
+  engine makes no database call in between (a step called from inside a step's
+  body errors the instance instead of writing the journal).
+- An attempt whose watch fired is a timeout, whatever it raised or returned
+  afterwards: Django's ``Atomic.__exit__`` failing on the broken connection, or a
+  bare ``except:`` that swallowed the interruption.
+- Before anything else uses the database, every connection of the thread that
+  the interrupted code may have touched is discarded (``discard_connections``):
+  its transaction is rolled back and the driver's connection closed, which ends
+  the attempt's locks with it, and Django's wrapper is reset so that the next
+  statement opens a new connection. Only the attempt's uncommitted work is lost,
+  as it would be had its process died.
+
+A connection that was already inside an atomic block when the attempt began
+belongs to the caller's transaction (a test's, or ``run_due()`` called inside a
+request's): ending it is not ours to do, so it is left as it is, and what the
+interrupted code did inside it is the caller's to roll back.
 """
 
 from __future__ import annotations
@@ -18,6 +54,9 @@ import itertools
 import math
 import threading
 import time
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 def _set_async_exc(thread_id: int, exc_type) -> None:
@@ -114,17 +153,125 @@ class Watchdog:
 watchdog = Watchdog()
 
 
-def call_with_timeout(fn, seconds: float):
-    """Call ``fn()``; raise ``AttemptTimedOut`` if it runs longer than ``seconds``."""
-    entry = watchdog.watch(seconds)
+def call_with_timeout(fn, seconds: float, journal: BaseDatabaseWrapper | None = None):
+    """Call ``fn()``; raise ``AttemptTimedOut`` if it runs longer than ``seconds``.
+
+    Whether it returns or raises, no interruption is pending any more, and if ``fn`` was interrupted,
+    the connections it may have left mid-transaction were discarded: the caller may use the database
+    at once. ``journal`` is the caller's own connection, if it has one (see ``callers_transactions``).
+    """
+    callers = callers_transactions(journal)
     started = time.monotonic()
+    entry = watchdog.watch(seconds)
     try:
         try:
             result = fn()
         finally:
             watchdog.unwatch(entry)
-    except AttemptTimedOut:
-        raise
+    except BaseException as exc:
+        if not entry.fired:
+            raise
+        # Whatever the interrupted code raised on its way out (a DatabaseError from a rollback on
+        # the broken connection, say) is a consequence of the timeout.
+        discard_connections(keep=callers)
+        if isinstance(exc, AttemptTimedOut):
+            raise
+        raise AttemptTimedOut() from exc
+    if entry.fired:
+        # Interrupted, and it swallowed the interruption: it may have done so halfway through a
+        # database call, so its connections are no more to be trusted than if it had not.
+        discard_connections(keep=callers)
+        raise AttemptTimedOut()
     if time.monotonic() - started > seconds:
         raise AttemptTimedOut()
     return result
+
+
+# -- the connections of an interrupted attempt ----------------------------------------------------
+
+def callers_transactions(journal: BaseDatabaseWrapper | None = None) -> tuple[BaseDatabaseWrapper, ...]:
+    """The thread's connections inside an atomic block: the transactions of whoever called the replay.
+
+    Asked before every attempt. With one database configured, the replay's journal connection is
+    the only one there is, and reading its flag spares a walk through Django's per-thread registry
+    of connections, which costs more than the rest of watching the attempt.
+    """
+    if journal is not None and len(connections.settings) == 1:
+        return (journal,) if journal.in_atomic_block else ()
+    return tuple(wrapper for wrapper in connections.all(initialized_only=True) if wrapper.in_atomic_block)
+
+
+def discard_connections(keep: tuple[BaseDatabaseWrapper, ...] = ()) -> None:
+    """End every connection of this thread that interrupted code may have left in any state, except
+    those in ``keep``; the next statement on each opens a new one. Never raises: the connection is
+    thrown away precisely because nothing about it can be relied on."""
+    for wrapper in connections.all(initialized_only=True):
+        if not any(wrapper is kept for kept in keep):
+            discard(wrapper)
+
+
+def discard(wrapper: BaseDatabaseWrapper) -> None:
+    """Roll back and close one connection, whatever state it is in, and make Django forget it."""
+    raw = wrapper.connection
+    if raw is not None:
+        # Roll back first where that cannot hang on the interrupted exchange: the locks are released
+        # now, not when the server notices the closed socket.
+        try:
+            _roll_back(wrapper.vendor, raw)
+        except Exception:
+            pass
+        if wrapper.vendor != "sqlite" or not wrapper.is_in_memory_db():
+            try:
+                raw.close()
+            except Exception:
+                pass
+            pool = getattr(raw, "_pool", None)
+            if pool is not None:
+                # A connection of Django's PostgreSQL pool counts as lent until it is given back: the
+                # pool sees it is closed and replaces it.
+                try:
+                    pool.putconn(raw)
+                except Exception:
+                    pass
+            raw = wrapper.connection = None
+    # Django's record of the interrupted code's transaction, reset as for a connection never opened;
+    # connect() resets the rest. Callbacks registered with on_commit() go: their work was rolled back.
+    wrapper.in_atomic_block = False
+    wrapper.savepoint_ids = []
+    wrapper.atomic_blocks = []
+    wrapper.savepoint_state = 0
+    wrapper.commit_on_exit = True
+    wrapper.needs_rollback = False
+    wrapper.rollback_exc = None
+    wrapper.closed_in_transaction = False
+    wrapper.run_on_commit = []
+    wrapper.run_commit_hooks_on_set_autocommit_on = False
+    if raw is not None:
+        # An in-memory SQLite database lives only as long as its connection: it was rolled back and
+        # is kept, in autocommit as a new connection would be.
+        try:
+            wrapper.set_autocommit(wrapper.settings_dict["AUTOCOMMIT"])
+        except Exception:
+            pass
+
+
+def _roll_back(vendor: str, raw) -> None:
+    if vendor == "sqlite":
+        if raw.in_transaction:
+            raw.rollback()
+        return
+    pgconn = getattr(raw, "pgconn", None)  # psycopg 3; with psycopg 2, closing is the rollback
+    if vendor != "postgresql" or pgconn is None or raw.closed:
+        return
+    from psycopg import pq
+
+    if pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
+        # Interrupted between sending a statement and reading its result: cancel it rather than wait
+        # for it, and read what is left, so the connection can take the ROLLBACK.
+        # (A bounded read: a COPY left halfway keeps returning results of its own.)
+        raw.cancel()
+        for _ in range(100):
+            if pgconn.get_result() is None:
+                break
+    if pgconn.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+        pgconn.exec_(b"ROLLBACK")

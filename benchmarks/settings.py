@@ -5,7 +5,8 @@ The database (the same variables as ``tests/workers.py`` uses):
 - ``DATABASE_URL=postgres://...``: PostgreSQL; ``TEST_DATABASE_NAME`` replaces the database name
   (default ``bench_workflows``);
 - otherwise SQLite at the path ``TEST_DATABASE_NAME``, file-backed, with the test suite's OPTIONS
-  (WAL, ``synchronous=NORMAL``, ``BEGIN IMMEDIATE``).
+  (WAL, ``synchronous=NORMAL``, ``BEGIN IMMEDIATE``); ``BENCH_SQLITE_SYNCHRONOUS=FULL`` measures the
+  setting README recommends.
 
 ``TEST_BROKER=redis`` switches django-q2 to Redis (``TEST_REDIS_DB``, default 7); the ORM broker on
 the same database is the default. ``BENCH_WORKFLOWS_SETTINGS`` (JSON) is ``DJANGO_WORKFLOWS``.
@@ -36,7 +37,8 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ.get("TEST_DATABASE_NAME")
             or str(Path(tempfile.gettempdir()) / "bench-workflows.sqlite3"),
-            "OPTIONS": SQLITE_OPTIONS,
+            "OPTIONS": {**SQLITE_OPTIONS, "init_command": SQLITE_OPTIONS["init_command"].replace(
+                "synchronous=NORMAL", f"synchronous={os.environ.get('BENCH_SQLITE_SYNCHRONOUS', 'NORMAL')}")},
         }
     }
 

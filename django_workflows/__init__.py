@@ -41,6 +41,14 @@ __all__ = [
 ]
 
 
+def tick() -> None:
+    """One round of timers, sweeping and retention: what django-q2's scheduler runs once a minute under a
+    plain ``qcluster`` (the schedule ``django_workflows.tick``, installed by ``migrate``)."""
+    from django_workflows.store.dispatch import tick as run_tick
+
+    run_tick()
+
+
 def __getattr__(name: str):
     if name == "workflows":
         from django_workflows.instances import workflows

@@ -44,6 +44,6 @@ def install_fallback_schedule(using=None, **kwargs):
 
     Schedule.objects.using(using).update_or_create(
         name="django_workflows.tick",
-        defaults={"func": "django_workflows.dispatch.tick", "schedule_type": Schedule.MINUTES, "minutes": 1,
+        defaults={"func": "django_workflows.tick", "schedule_type": Schedule.MINUTES, "minutes": 1,
                   "repeats": -1},
     )

@@ -16,9 +16,9 @@ import time
 import traceback
 from datetime import UTC, datetime, timedelta
 
-from django.db import DatabaseError, router, transaction
+from django.db import DatabaseError
 
-from django_workflows import clock, leases
+from django_workflows import clock
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEvent, WorkflowStepEvent, registry
 from django_workflows.durations import parse_duration
@@ -35,21 +35,21 @@ from django_workflows.errors import (
     WorkflowNotFound,
     WorkflowTimeoutError,
 )
-from django_workflows.executors import get_executor
-from django_workflows.journal import (
+from django_workflows.executors import enqueue
+from django_workflows.models import Instance, InstanceStatus, StepKind, StepStatus
+from django_workflows.policy import StepPolicy, build_policy
+from django_workflows.serialization import NotJournalable, encode, storable_text
+from django_workflows.signals import replay_finished, replay_started
+from django_workflows.store import leases
+from django_workflows.store.journal import (
     WAITING_UNLESS_PAUSE_ASKED,
     Entry,
     Fenced,
     JournalWriter,
     StoreError,
     encoded,
-    engine_statements,
     load,
 )
-from django_workflows.models import Event, Instance, InstanceStatus, StepKind, StepStatus
-from django_workflows.policy import StepPolicy, build_policy
-from django_workflows.serialization import NotJournalable, encode, storable_text
-from django_workflows.signals import replay_finished, replay_started
 from django_workflows.timeouts import AttemptTimedOut, call_with_timeout
 
 MAX_STEP_NAME = 256
@@ -194,17 +194,6 @@ def default_policy() -> StepPolicy:
 
 # -- one replay -----------------------------------------------------------------------------------
 
-def enqueue(instance_pk: int) -> None:
-    """Ask the executor for a replay of the instance, once the current transaction commits."""
-    executor = get_executor()
-    if executor.enqueues_in_transaction:
-        executor.enqueue_replay(instance_pk)
-    else:
-        transaction.on_commit(
-            lambda: executor.enqueue_replay(instance_pk), using=router.db_for_write(Instance)
-        )
-
-
 def replay(instance_pk: int) -> bool:
     """Run one replay of the instance if it is runnable; return whether one ran.
 
@@ -232,7 +221,7 @@ def replay(instance_pk: int) -> bool:
 
 
 class Replay:
-    def __init__(self, instance: Instance):
+    def __init__(self, instance: leases.Claim):
         self.instance = instance
         self.pk = instance.pk
         self.writer = JournalWriter(instance.pk, instance.epoch)
@@ -369,19 +358,14 @@ class Replay:
                                 current_step=suspension.step_key):
                 raise Fenced()
             return InstanceStatus.WAITING
-        with engine_statements(), transaction.atomic(using=self.writer.alias):
-            if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at,
-                                waiting_for=suspension.waiting_for, current_step=suspension.step_key):
-                raise Fenced()
-            # An event may have been sent between the inbox check and this update; the row lock
-            # that update holds orders us after that sender, so this read sees its event.
-            if Event.objects.waiting_for(self.pk, suspension.waiting_for).exists():
-                Instance.objects.filter(pk=self.pk, status=InstanceStatus.WAITING).update(
-                    status=InstanceStatus.QUEUED
-                )
-                enqueue(self.pk)
-                return InstanceStatus.QUEUED
-        return InstanceStatus.WAITING
+        self.released = time.time()
+        status = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for,
+                                                        wake_at=suspension.wake_at, current_step=suspension.step_key)
+        if status is None:
+            raise Fenced()
+        if status == InstanceStatus.QUEUED:
+            enqueue(self.pk)
+        return status
 
     # Bookkeeping shared by the steps.
 
@@ -617,36 +601,23 @@ class Replay:
 
     def _consume(self, key, name, entry, types, deadline, delta) -> WorkflowStepEvent | None:
         """Take the oldest buffered event of ``types`` that arrived by ``deadline``, if there is one."""
-        while True:
-            with engine_statements(), transaction.atomic(using=self.writer.alias):
-                event = (
-                    Event.objects.waiting_for(self.pk, types)
-                    .filter(received_at__lte=deadline)
-                    .only("id", "type", "payload", "received_at")
-                    .first()
+
+        def record(event, now):
+            result = {"type": event.type, "payload": event.payload, "timestamp": _iso(event.received_at)}
+            if entry is None:
+                return self.writer.insert(
+                    key=key, name=name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
+                    config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
+                    result=result, wake_at=deadline, started_at=now, ended_at=now,
                 )
-                if event is None:
-                    return None
-                now = clock.now()
-                result = {"type": event.type, "payload": event.payload, "timestamp": _iso(event.received_at)}
-                if entry is None:
-                    step_id, status = self.writer.insert(
-                        key=key, name=name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
-                        config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
-                        result=result, wake_at=deadline, started_at=now, ended_at=now,
-                    )
-                else:
-                    step_id, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, result=result,
-                                                         ended_at=now)
-                taken = Event.objects.filter(pk=event.pk, consumed_by__isnull=True).update(
-                    consumed_by=step_id, consumed_at=now
-                )
-                if not taken:
-                    # Consumed by someone else in the meantime: undo this row and try the next event.
-                    transaction.set_rollback(True, using=self.writer.alias)
-                    continue
-            self.after_write(status, key)
-            return WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
+            return self.writer.update(entry.id, status=StepStatus.SUCCEEDED, result=result, ended_at=now)
+
+        taken = self.writer.consume_event(types, deadline, record)
+        if taken is None:
+            return None
+        event, status = taken
+        self.after_write(status, key)
+        return WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
 
 
 def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:

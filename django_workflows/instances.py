@@ -11,13 +11,12 @@ import re
 import uuid
 from typing import Any
 
-from django.db import IntegrityError, connections, router, transaction
-from django.db.models import F
+from django.db import IntegrityError
 
 from django_workflows import clock
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
-from django_workflows.engine import enqueue, validate_event_type
+from django_workflows.engine import validate_event_type
 from django_workflows.errors import (
     DuplicateDelivery,
     InstanceAlreadyExists,
@@ -26,24 +25,14 @@ from django_workflows.errors import (
     InvalidParams,
     InvalidTransition,
 )
-from django_workflows.executors import get_executor
-from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
+from django_workflows.models import FINISHED_STATUSES, Instance, InstanceStatus
 from django_workflows.serialization import NotJournalable, encode
+from django_workflows.store import inbox, steering
+from django_workflows.store.steering import ACTIVE_STATUSES
 
 MAX_INSTANCE_ID = 100
 MAX_BATCH = 100
 INSTANCE_ID_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9-_]*$")
-ACTIVE_STATUSES = (
-    InstanceStatus.QUEUED,
-    InstanceStatus.RUNNING,
-    InstanceStatus.PAUSED,
-    InstanceStatus.WAITING_FOR_PAUSE,
-    InstanceStatus.WAITING,
-)
-
-
-def _alias() -> str:
-    return router.db_for_write(Instance)
 
 
 def validate_instance_id(value) -> str:
@@ -89,18 +78,8 @@ class WorkflowHandle:
     def create(self, id: str | None = None, params: Any = None) -> InstanceHandle:  # noqa: A002
         """Create an instance and queue its first replay. An id that exists is an error."""
         instance = self._new_instance(id, params)
-        alias = _alias()
         try:
-            if get_executor().enqueues_in_transaction or connections[alias].in_atomic_block:
-                # The replay's task commits with the instance; inside the caller's transaction, a
-                # savepoint keeps a duplicate id from breaking it.
-                with transaction.atomic(using=alias):
-                    instance.save(force_insert=True)
-                    enqueue(instance.pk)
-            else:
-                # One INSERT in autocommit, and the replay is asked for once it has committed.
-                instance.save(force_insert=True)
-                enqueue(instance.pk)
+            steering.insert(instance)
         except IntegrityError:
             raise InstanceAlreadyExists(
                 f"Workflow {self.name!r} already has an instance with id {instance.instance_id!r}; "
@@ -126,17 +105,7 @@ class WorkflowHandle:
         ids = [instance.instance_id for instance in instances]
         if len(set(ids)) != len(ids):
             raise InvalidParams("The batch repeats an instance id; each id may appear once.")
-        with transaction.atomic(using=_alias()):
-            existing = set(
-                Instance.objects.for_workflow(self.name).filter(instance_id__in=ids).values_list("instance_id", flat=True)
-            )
-            new = [instance for instance in instances if instance.instance_id not in existing]
-            Instance.objects.bulk_create(new, ignore_conflicts=True)
-            rows = dict(
-                Instance.objects.for_workflow(self.name).filter(instance_id__in=ids).values_list("instance_id", "pk")
-            )
-            for instance in new:
-                enqueue(rows[instance.instance_id])
+        rows = steering.insert_batch(self.name, instances)
         return [InstanceHandle.from_row(self.name, instance_id, rows[instance_id]) for instance_id in ids]
 
     def get(self, id: str) -> InstanceHandle:  # noqa: A002
@@ -178,7 +147,7 @@ class InstanceHandle:
         return Instance.objects.filter(pk=self.pk)
 
     def _current_status(self) -> str:
-        status = self._rows().values_list("status", flat=True).first()
+        status = steering.status_of(self.pk)
         if status is None:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
@@ -202,54 +171,24 @@ class InstanceHandle:
 
     def pause(self) -> None:
         """Pause: at once if no replay runs; otherwise after its current step (``waitingForPause``)."""
-        now = clock.now()
-        if self._rows().filter(status__in=(InstanceStatus.QUEUED, InstanceStatus.WAITING)).update(
-            status=InstanceStatus.PAUSED, updated_at=now
-        ):
-            return
-        if self._rows().filter(status=InstanceStatus.RUNNING).update(
-            status=InstanceStatus.WAITING_FOR_PAUSE, updated_at=now
-        ):
-            return
-        raise self._refuse("pause", ("queued", "running", "waiting"))
+        if not steering.pause(self.pk, clock.now()):
+            raise self._refuse("pause", ("queued", "running", "waiting"))
 
     def resume(self) -> None:
         """Resume a paused instance (or withdraw a pause not yet taken effect)."""
-        now = clock.now()
-        with transaction.atomic(using=_alias()):
-            if self._rows().filter(status=InstanceStatus.PAUSED).update(status=InstanceStatus.QUEUED, updated_at=now):
-                enqueue(self.pk)
-                return
-        if self._rows().filter(status=InstanceStatus.WAITING_FOR_PAUSE).update(
-            status=InstanceStatus.RUNNING, updated_at=now
-        ):
-            return
-        raise self._refuse("resume", ("paused", "waitingForPause"))
+        if not steering.resume(self.pk, clock.now()):
+            raise self._refuse("resume", ("paused", "waitingForPause"))
 
     def terminate(self) -> None:
         """Stop the instance for good. A replay running now has its further writes refused."""
-        now = clock.now()
-        if not self._rows().filter(status__in=ACTIVE_STATUSES).update(
-            status=InstanceStatus.TERMINATED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
-            wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now, updated_at=now,
-        ):
+        if not steering.terminate(self.pk, clock.now()):
             raise self._refuse("terminate", [str(s) for s in ACTIVE_STATUSES])
 
     def restart(self) -> None:
         """Run the instance again from the top: its journal and consumed events are cleared,
         events not yet consumed are kept."""
-        now = clock.now()
-        with transaction.atomic(using=_alias()):
-            updated = self._rows().update(
-                status=InstanceStatus.QUEUED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
-                wake_at=None, waiting_for=None, waiting_reason=None, current_step="", output=None, error=None, traceback="",
-                started_at=None, ended_at=None, updated_at=now,
-            )
-            if not updated:
-                self._current_status()  # raises InstanceNotFound
-            Event.objects.filter(instance_id=self.pk, consumed_by__isnull=False).delete()
-            Step.objects.filter(instance_id=self.pk).delete()
-            enqueue(self.pk)
+        if not steering.restart(self.pk, clock.now()):
+            self._current_status()  # raises InstanceNotFound
 
     def send_event(self, type: str, payload: Any = None, *, sender: str = "",  # noqa: A002
                    delivery: str | None = None) -> None:
@@ -266,7 +205,7 @@ class InstanceHandle:
         except IntegrityError:
             # The unique delivery column decides, not a look beforehand: a concurrent twin of this
             # request may have been stored in between.
-            if delivery is None or not Event.objects.filter(delivery=delivery).exists():
+            if delivery is None or not inbox.delivery_seen(delivery):
                 raise
             raise DuplicateDelivery(
                 f"This delivery of event {type!r} was already received; nothing was stored again.",
@@ -274,26 +213,16 @@ class InstanceHandle:
             ) from None
 
     def _store_event(self, type, payload, sender, delivery) -> None:  # noqa: A002
-        now = clock.now()
-        with transaction.atomic(using=_alias()):
-            # Locking the row orders this event against a replay suspending on its wait: either the
-            # replay's inbox check sees this event, or this sees the instance waiting and wakes it.
-            row = self._rows().select_for_update().values("status", "waiting_for").first()
-            if row is None:
-                raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
-                                       workflow=self.workflow_name, instance_id=self.id)
-            if row["status"] in FINISHED_STATUSES:
-                raise InvalidTransition(
-                    f"Cannot send event {type!r} to instance {self.workflow_name}/{self.id}: it is "
-                    f"{row['status']} and will not wait for events again.",
-                    workflow=self.workflow_name, instance_id=self.id, status=row["status"], action="send_event",
-                )
-            Event.objects.create(instance_id=self.pk, type=type, payload=payload, received_at=now, sender=sender,
-                                 delivery=delivery)
-            if row["status"] == InstanceStatus.WAITING and type in (row["waiting_for"] or ()):
-                # Queued, so that the sweeper re-enqueues it should the replay task be lost.
-                self._rows().update(status=InstanceStatus.QUEUED, updated_at=now)
-                enqueue(self.pk)
+        status = inbox.deliver(self.pk, type, payload, sender=sender, delivery=delivery, now=clock.now())
+        if status is None:
+            raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
+                                   workflow=self.workflow_name, instance_id=self.id)
+        if status in FINISHED_STATUSES:
+            raise InvalidTransition(
+                f"Cannot send event {type!r} to instance {self.workflow_name}/{self.id}: it is "
+                f"{status} and will not wait for events again.",
+                workflow=self.workflow_name, instance_id=self.id, status=status, action="send_event",
+            )
 
 
 class Workflows:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from django_workflows.durations import parse_duration

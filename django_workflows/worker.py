@@ -20,8 +20,9 @@ from django.db.models import F
 
 from django_workflows import changes, clock
 from django_workflows.conf import workflow_settings
-from django_workflows.dispatch import next_wake_time, purge_finished, reclaim_dead_leases, sweep, wake_due
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
+from django_workflows.store.dispatch import next_wake_time, reclaim_dead_leases, sweep, wake_due
+from django_workflows.store.retention import purge_finished
 
 logger = logging.getLogger("django_workflows.worker")
 

@@ -23,12 +23,14 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from django_workflows import WorkflowEntrypoint, clock, leases, workflows
+from django_workflows import WorkflowEntrypoint, clock, workflows
 from django_workflows.definition import registry
 from django_workflows.engine import replay
 from django_workflows.models import Instance, Step
+from django_workflows.store import leases
 from tests.test_worker import redis_broker, start_worker, wait_status  # noqa: F401  (fixtures)
 from tests.workers import ROOT, wait_for
+
 
 def skewed_env(skew: str = "+90s") -> dict:
     """The environment of a process whose clock is ``skew`` ahead: libfaketime preloaded (not the

@@ -7,9 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_workflows import workflows
-from django_workflows.dispatch import next_wake_time, sweep, wake_due
 from django_workflows.executors.q2 import DjangoQExecutor
 from django_workflows.models import Instance
+from django_workflows.store.dispatch import next_wake_time, sweep, wake_due
 from tests.testapp.workflows import calls
 
 
@@ -87,7 +87,7 @@ def test_the_sweeper_counts_toward_poison_only_replays_that_died_without_progres
 @pytest.mark.parametrize("finished_a_step, counted", [(True, 0), (False, 3)])
 def test_taking_over_an_expired_lease_counts_only_replays_that_died_without_progress(
         workflows_env, finished_a_step, counted):
-    from django_workflows import leases
+    from django_workflows.store import leases
 
     instance = _died_holding_the_lease(workflows_env, crash_count=2, finished_a_step=finished_a_step)
     taken = leases.take(instance.pk, "another-worker", workflows_env.now, 60)
@@ -133,7 +133,7 @@ def test_the_fallback_schedule_exists_after_migrate(db):
     from django_q.models import Schedule
 
     schedule = Schedule.objects.get(name="django_workflows.tick")
-    assert schedule.func == "django_workflows.dispatch.tick" and schedule.schedule_type == Schedule.MINUTES
+    assert schedule.func == "django_workflows.tick" and schedule.schedule_type == Schedule.MINUTES
 
 
 def test_the_orm_broker_on_the_same_database_enqueues_inside_the_transaction(db):
@@ -208,7 +208,7 @@ def test_the_lease_keeper_renews_a_held_lease(settings):
     import time
 
     from django_workflows import clock
-    from django_workflows.leases import keeper
+    from django_workflows.store.leases import keeper
 
     settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1}
     instance = workflows.get("three-steps").create.__self__._new_instance("leased", {})
@@ -289,8 +289,8 @@ def _finished_long_ago(workflows_env, count: int) -> list:
 
 def test_retention_deletes_in_batches_with_a_bounded_number_of_statements_and_reads_no_step(workflows_env,
                                                                                            settings):
-    from django_workflows.dispatch import purge_finished
     from django_workflows.models import Event, Step
+    from django_workflows.store.retention import purge_finished
 
     settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 2}
     old = _finished_long_ago(workflows_env, 5)
@@ -320,8 +320,8 @@ def test_retention_deletes_in_batches_with_a_bounded_number_of_statements_and_re
 
 @pytest.mark.parametrize("again", ["finishes-again", "waits"])
 def test_a_purge_racing_a_restart_keeps_the_restarted_journal_and_inbox(workflows_env, settings, again):
-    from django_workflows.dispatch import purge_finished
     from django_workflows.models import Event, Step
+    from django_workflows.store.retention import purge_finished
 
     settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 10}
     approval, three_steps = _finished_long_ago(workflows_env, 2)
@@ -363,7 +363,7 @@ def test_a_purge_racing_a_restart_keeps_the_restarted_journal_and_inbox(workflow
 def test_a_purge_stops_between_batches_once_told_to(workflows_env, settings):
     import threading
 
-    from django_workflows.dispatch import purge_finished
+    from django_workflows.store.retention import purge_finished
 
     settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 2}
     old = [i.pk for i in _finished_long_ago(workflows_env, 5)]

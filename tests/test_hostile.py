@@ -11,8 +11,8 @@ import pytest
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.checks import check_workflows
 from django_workflows.definition import discover, registry
-from django_workflows.dispatch import purge_finished
 from django_workflows.models import Event, Instance, Step
+from django_workflows.store.retention import purge_finished
 
 
 class ExitsInAStep(WorkflowEntrypoint):

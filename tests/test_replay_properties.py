@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_workflows import workflows
-from django_workflows.dispatch import sweep
 from django_workflows.models import Step
+from django_workflows.store.dispatch import sweep
 from tests.testapp.workflows import SimulatedCrash, calls, crash_points
 
 do_op = st.tuples(st.just("do"), st.integers(0, 3), st.integers(0, 2), st.booleans())

@@ -1,6 +1,7 @@
 """Mount with ``path("workflows/", include("django_workflows.api.urls"))``."""
 
 from django.urls import path, re_path
+
 from django_workflows.api import views
 from django_workflows.api.schema import SchemaView, schema_ui
 

@@ -25,6 +25,21 @@ def get_executor():
     return _executor
 
 
+def enqueue(instance_pk: int) -> None:
+    """Ask the executor for a replay of the instance, once the current transaction commits."""
+    from django.db import router, transaction
+
+    from django_workflows.models import Instance
+
+    executor = get_executor()
+    if executor.enqueues_in_transaction:
+        executor.enqueue_replay(instance_pk)
+    else:
+        transaction.on_commit(
+            lambda: executor.enqueue_replay(instance_pk), using=router.db_for_write(Instance)
+        )
+
+
 def reset() -> None:
     """Forget the built executor (settings changed)."""
     global _executor

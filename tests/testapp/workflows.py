@@ -332,6 +332,10 @@ class Poison(WorkflowEntrypoint):
 
         def kill_my_worker():
             _bump(f"{event.instance_id}:poison")
+            if "TEST_WORKFLOWS_SETTINGS" not in os.environ:
+                # Not a worker process of tests/workers.py: an instance replayed in the test process
+                # itself (an inline executor) must not take the test run down with it.
+                raise RuntimeError("the poison workflow kills only worker processes")
             os.kill(os.getpid(), signal.SIGKILL)
 
         step.do("kill-my-worker", kill_my_worker)

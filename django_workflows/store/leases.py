@@ -23,7 +23,8 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections, router
 from django.db.models.expressions import RawSQL
@@ -248,6 +249,23 @@ def holder() -> Holder:
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count")
 
 
+@dataclass(frozen=True)
+class Claim:
+    """What a replay needs of the instance whose lease it took."""
+
+    pk: int
+    workflow_name: str
+    instance_id: str
+    params: Any
+    status: str
+    epoch: int
+    created_at: datetime
+    crash_count: int
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name}/{self.instance_id}"
+
+
 # The crash count after a replay died holding the lease: reset if it journaled a finished step under
 # that lease (updated_at is when it took the lease; a renewal does not touch it), one more otherwise.
 # Only replays that die without progress lead to poison: a step longer than the task queue's timeout
@@ -270,8 +288,8 @@ def crash_counted(connection) -> RawSQL:
     return RawSQL(crash_counted_sql(connection), [])
 
 
-def take(instance_pk: int, owner: str, now, lease_seconds: float):
-    """Take the instance's lease if it is runnable, bumping its epoch; return the instance, or None.
+def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | None:
+    """Take the instance's lease if it is runnable, bumping its epoch; return the ``Claim``, or None.
 
     One statement: the conditional UPDATE lets one replay through however many
     deliveries arrive, and its RETURNING reads what the replay needs. Taking over
@@ -307,5 +325,4 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float):
         row = cursor.fetchone()
     if row is None:
         return None
-    values = rows.reader(connection, Instance, _CLAIMED_COLUMNS).decode(row, connection)
-    return Instance(**dict(zip(_CLAIMED_COLUMNS, values)))
+    return Claim(*rows.reader(connection, Instance, _CLAIMED_COLUMNS).decode(row, connection))

@@ -12,14 +12,25 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections, router, transaction
 
-from django_workflows import rows
-from django_workflows.models import Instance, InstanceStatus, Step
+from django_workflows import clock, rows
+from django_workflows.models import Event, Instance, InstanceStatus, Step
+
+
+@dataclass(frozen=True)
+class InboxEvent:
+    """An event taken from the inbox by a wait."""
+
+    id: int
+    type: str
+    payload: Any
+    received_at: datetime
 
 
 class Entry:
@@ -217,6 +228,50 @@ class JournalWriter:
             cursor = self._cursor()
             cursor.execute(sql, params)
             return cursor.rowcount > 0
+
+    def release_to_wait_for_events(self, now: datetime, types, **fields) -> str | None:
+        """Give up the lease, leaving the instance waiting for an event of ``types`` (or paused); return
+        ``"queued"`` if such an event is in the inbox already (the caller enqueues the replay), the
+        status otherwise, or None if the epoch moved on.
+
+        One transaction: an event may have been sent between the replay's inbox check and this
+        release; the row lock the release holds orders it after that sender, so the check here sees
+        its event (and a later sender sees the instance waiting, ``inbox.deliver``)."""
+        with engine_statements(), transaction.atomic(using=self.alias):
+            if not self.release(now, status=WAITING_UNLESS_PAUSE_ASKED, waiting_for=types, **fields):
+                return None
+            if Event.objects.waiting_for(self.instance_pk, types).exists():
+                Instance.objects.filter(pk=self.instance_pk, status=InstanceStatus.WAITING).update(
+                    status=InstanceStatus.QUEUED
+                )
+                return InstanceStatus.QUEUED
+        return InstanceStatus.WAITING
+
+    def consume_event(self, types, received_by: datetime, record):
+        """Take the oldest buffered event of ``types`` received by ``received_by``, journaling it with
+        ``record(event, now) -> (step id, instance status)`` in the same transaction; return
+        ``(InboxEvent, instance status)``, or None if the inbox holds none."""
+        while True:
+            with engine_statements(), transaction.atomic(using=self.alias):
+                event = (
+                    Event.objects.waiting_for(self.instance_pk, types)
+                    .filter(received_at__lte=received_by)
+                    .values_list("id", "type", "payload", "received_at")
+                    .first()
+                )
+                if event is None:
+                    return None
+                event = InboxEvent(*event)
+                now = clock.now()
+                step_id, status = record(event, now)
+                taken = Event.objects.filter(pk=event.id, consumed_by__isnull=True).update(
+                    consumed_by=step_id, consumed_at=now
+                )
+                if not taken:
+                    # Consumed by someone else in the meantime: undo the journal row, try the next event.
+                    transaction.set_rollback(True, using=self.alias)
+                    continue
+            return event, status
 
     def abandon(self, now: datetime, wake_at: datetime) -> bool:
         """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at

@@ -1,0 +1,118 @@
+"""Creating instances and steering them: the statements behind create, pause, resume, terminate, restart.
+
+Each change is one conditional statement (or one transaction), so two callers racing cannot both win and
+a refused change leaves the instance as it was; each returns whether it applied, and the caller says why
+not. Terminate and restart bump the epoch: a replay running meanwhile has its next write refused.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connections, router, transaction
+from django.db.models import F
+
+from django_workflows.executors import enqueue, get_executor
+from django_workflows.models import Event, Instance, InstanceStatus, Step
+
+ACTIVE_STATUSES = (
+    InstanceStatus.QUEUED,
+    InstanceStatus.RUNNING,
+    InstanceStatus.PAUSED,
+    InstanceStatus.WAITING_FOR_PAUSE,
+    InstanceStatus.WAITING,
+)
+
+
+def _alias() -> str:
+    return router.db_for_write(Instance)
+
+
+def _rows(pk: int):
+    return Instance.objects.filter(pk=pk)
+
+
+def insert(instance: Instance) -> None:
+    """Insert a new instance and queue its first replay; an id its workflow already has raises
+    ``IntegrityError`` and changes nothing."""
+    alias = _alias()
+    if get_executor().enqueues_in_transaction or connections[alias].in_atomic_block:
+        # The replay's task commits with the instance; inside the caller's transaction, a
+        # savepoint keeps a duplicate id from breaking it.
+        with transaction.atomic(using=alias):
+            instance.save(force_insert=True)
+            enqueue(instance.pk)
+    else:
+        # One INSERT in autocommit, and the replay is asked for once it has committed.
+        instance.save(force_insert=True)
+        enqueue(instance.pk)
+
+
+def insert_batch(workflow_name: str, instances: list[Instance]) -> dict[str, int]:
+    """Insert those of ``instances`` whose ids are new, queue their first replays, and return the primary
+    key of every id of the batch, new or not."""
+    ids = [instance.instance_id for instance in instances]
+    with transaction.atomic(using=_alias()):
+        existing = set(
+            Instance.objects.for_workflow(workflow_name).filter(instance_id__in=ids)
+            .values_list("instance_id", flat=True)
+        )
+        new = [instance for instance in instances if instance.instance_id not in existing]
+        Instance.objects.bulk_create(new, ignore_conflicts=True)
+        rows = dict(
+            Instance.objects.for_workflow(workflow_name).filter(instance_id__in=ids)
+            .values_list("instance_id", "pk")
+        )
+        for instance in new:
+            enqueue(rows[instance.instance_id])
+    return rows
+
+
+def status_of(pk: int) -> str | None:
+    return _rows(pk).values_list("status", flat=True).first()
+
+
+def pause(pk: int, now: datetime) -> bool:
+    """At once if no replay runs; otherwise ``waitingForPause``, taken at the replay's next step."""
+    if _rows(pk).filter(status__in=(InstanceStatus.QUEUED, InstanceStatus.WAITING)).update(
+        status=InstanceStatus.PAUSED, updated_at=now
+    ):
+        return True
+    return bool(_rows(pk).filter(status=InstanceStatus.RUNNING).update(
+        status=InstanceStatus.WAITING_FOR_PAUSE, updated_at=now
+    ))
+
+
+def resume(pk: int, now: datetime) -> bool:
+    """Queue a paused instance again, or withdraw a pause not yet taken."""
+    with transaction.atomic(using=_alias()):
+        if _rows(pk).filter(status=InstanceStatus.PAUSED).update(status=InstanceStatus.QUEUED, updated_at=now):
+            enqueue(pk)
+            return True
+    return bool(_rows(pk).filter(status=InstanceStatus.WAITING_FOR_PAUSE).update(
+        status=InstanceStatus.RUNNING, updated_at=now
+    ))
+
+
+def terminate(pk: int, now: datetime) -> bool:
+    return bool(_rows(pk).filter(status__in=ACTIVE_STATUSES).update(
+        status=InstanceStatus.TERMINATED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
+        wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now, updated_at=now,
+    ))
+
+
+def restart(pk: int, now: datetime) -> bool:
+    """Queue the instance to run from the top: its journal and consumed events go, events not yet
+    consumed stay. False if it no longer exists."""
+    with transaction.atomic(using=_alias()):
+        updated = _rows(pk).update(
+            status=InstanceStatus.QUEUED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
+            wake_at=None, waiting_for=None, waiting_reason=None, current_step="", output=None, error=None,
+            traceback="", started_at=None, ended_at=None, updated_at=now,
+        )
+        if not updated:
+            return False
+        Event.objects.filter(instance_id=pk, consumed_by__isnull=False).delete()
+        Step.objects.filter(instance_id=pk).delete()
+        enqueue(pk)
+    return True

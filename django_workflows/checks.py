@@ -8,7 +8,7 @@ from django.db import DatabaseError, router
 from django.db.models import Count
 
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
-from django_workflows.definition import WorkflowEntrypoint, registry
+from django_workflows.definition import WORKFLOW_NAME_PATTERN, WorkflowEntrypoint, is_async, registry
 from django_workflows.engine import validate_event_type
 from django_workflows.errors import InvalidEvent, WorkflowConfigError
 from django_workflows.policy import validate_config
@@ -146,11 +146,20 @@ def check_workflows(app_configs=None, **kwargs):
                 hint="Lower it, or split the work across several instances.",
                 id="django_workflows.E005",
             ))
-        if not isinstance(cls.name, str) or not cls.name or len(cls.name) > 255:
+        if not isinstance(cls.name, str) or not WORKFLOW_NAME_PATTERN.match(cls.name):
             messages.append(Error(
-                f"{where}.name must be a string of 1 to 255 characters, got {cls.name!r}.",
+                f"{where}.name must be 1 to 64 letters, digits, '_' or '-', not starting with '-' (it is part "
+                f"of the API's URLs and of every instance), got {cls.name!r}.",
                 hint="Set name = 'my-workflow' on the class, or leave it out to use the class name in kebab-case.",
                 id="django_workflows.E007",
+            ))
+        if is_async(cls):
+            messages.append(Error(
+                f"{where}.run is async, which workflows do not support yet: a replay would get a coroutine, "
+                "not the workflow's output.",
+                hint="Write `def run(self, event, step)`, and run async code inside a step: "
+                     "step.do('fetch', lambda: asyncio.run(fetch())).",
+                id="django_workflows.E012",
             ))
         approvals = cls.approvals
         types = [approvals] if isinstance(approvals, str) else approvals

@@ -7,6 +7,7 @@ is all it takes.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -61,6 +62,16 @@ class WorkflowEntrypoint:
 
     def run(self, event: WorkflowEvent, step):  # pragma: no cover - always overridden
         raise NotImplementedError(f"{type(self).__name__} must implement run(self, event, step)")
+
+
+# A workflow's name is part of the API's URLs and of every instance: the instance-id rule, shorter.
+WORKFLOW_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,63}$")
+
+
+def is_async(cls) -> bool:
+    """Whether ``run()`` is a coroutine (or async generator) function, which workflows do not support."""
+    run = getattr(cls, "run", None)
+    return inspect.iscoroutinefunction(run) or inspect.isasyncgenfunction(run)
 
 
 class Registry:

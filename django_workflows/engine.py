@@ -28,6 +28,7 @@ from django_workflows.errors import (
     NonDeterminismError,
     NonRetryableError,
     PoisonInstance,
+    StepInTransaction,
     StepLimitExceeded,
     StepResultError,
     StepTimeoutError,
@@ -150,26 +151,26 @@ class WorkflowStep:
             def decorator(func):
                 def run_step(*args, **kwargs):
                     call = (lambda: func(*args, **kwargs)) if args or kwargs else func
-                    return self._replay.do(name, call, config)
+                    return self._replay.call(self._replay.do, name, call, config)
 
                 run_step.__name__ = getattr(func, "__name__", "step")
                 run_step.__doc__ = getattr(func, "__doc__", None)
                 return run_step
 
             return decorator
-        return self._replay.do(name, fn, config)
+        return self._replay.call(self._replay.do, name, fn, config)
 
     def sleep(self, name: str, duration) -> None:
         """Wait ``duration`` (milliseconds, or "N unit(s)"), holding no worker."""
-        self._replay.sleep(name, duration=duration)
+        self._replay.call(self._replay.sleep, name, duration=duration)
 
     def sleep_until(self, name: str, timestamp) -> None:
         """Wait until ``timestamp`` (an aware datetime, or epoch seconds), holding no worker."""
-        self._replay.sleep(name, until=timestamp)
+        self._replay.call(self._replay.sleep, name, until=timestamp)
 
     def wait_for_event(self, name: str, type, timeout="24 hours") -> WorkflowStepEvent:  # noqa: A002
         """Wait for an event of ``type`` (or of any type in a list), up to ``timeout``."""
-        return self._replay.wait_for_event(name, type, timeout)
+        return self._replay.call(self._replay.wait_for_event, name, type, timeout)
 
 
 def _check_name(name) -> str:
@@ -177,6 +178,11 @@ def _check_name(name) -> str:
         raise InvalidStepInput(
             f"A step name must be a string of 1 to {MAX_STEP_NAME} characters, got {name!r}"
             + (" (write @step.do('name'), with the name in parentheses)" if callable(name) else "")
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidStepInput(
+            f"A step name may not hold control characters (tab, newline...), got {name!r}: the name is "
+            "the step's identity in the journal, the admin and the API"
         )
     return name
 
@@ -230,6 +236,16 @@ class Replay:
         self.steps_taken = 0
         self.step_limit = workflow_settings.STEP_LIMIT
         self.fatal: WorkflowError | None = None
+        # The suspension a step asked for: a bare ``except:`` in run() may swallow it, but every later
+        # step raises it again, and the replay suspends as asked whatever run() does next.
+        self.suspended: Suspend | None = None
+        # How deep in atomic blocks the journal's connection was when run() began: a step called
+        # deeper sits in a transaction run() opened, which a suspension would roll back.
+        self.atomic_depth = 0
+        # The journal's step keys in the order they were first written, and how many steps this
+        # replay has called: the n-th step called must be the n-th journaled one.
+        self.journaled_order: list[str] | None = None
+        self.steps_called = 0
         # The key of the step whose body is running: an interruption by its timeout may arrive
         # meanwhile, so the engine must not touch the journal until it returns.
         self.running_step: str | None = None
@@ -287,6 +303,7 @@ class Replay:
         # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
         # too), and journal rows are only written under a lease: there is nothing to load.
         self.journal = load(self.pk) if instance.epoch > 1 else {}
+        self.atomic_depth = len(self.writer.connection.atomic_blocks)
         event = WorkflowEvent(
             payload=instance.params,
             timestamp=instance.created_at,
@@ -300,11 +317,18 @@ class Replay:
                 return self.errored(self.fatal, "")
             return self.suspend(suspension)
         except _USER_FAILURES as exc:
+            if self.fatal is None and self.suspended is not None:
+                # run() swallowed a suspension, then failed (a hand-written retry loop giving up):
+                # the step it swallowed has not failed, it waits.
+                return self.suspend(self.suspended)
             # SystemExit and KeyboardInterrupt raised by the workflow's own code fail the instance
             # instead of the worker: django-q2's workers ignore SIGINT, so they cannot be an operator's.
             return self.errored(self.fatal or exc, traceback.format_exc())
         if self.fatal is not None:
             return self.errored(self.fatal, "")
+        if self.suspended is not None:
+            # run() swallowed a suspension and returned: the instance is not done, it waits.
+            return self.suspend(self.suspended)
         return self.complete(output)
 
     def _finish(self, **fields) -> bool:
@@ -369,10 +393,28 @@ class Replay:
 
     # Bookkeeping shared by the steps.
 
+    def call(self, method, *args, **kwargs):
+        """Call a step (``do``, ``sleep``, ``wait_for_event``), remembering a suspension it asks for."""
+        if self.suspended is not None:
+            raise self.suspended
+        try:
+            return method(*args, **kwargs)
+        except Suspend as suspension:
+            self.suspended = suspension
+            raise
+
     def next_key(self, name) -> str:
         _check_name(name)
         if self.fatal is not None:
             raise self.fatal
+        if len(self.writer.connection.atomic_blocks) > self.atomic_depth:
+            self.fail_fatally(StepInTransaction(
+                f"Step {name!r} was called inside a transaction.atomic() block opened in run(). A step "
+                "journals its result in its own commit, and a suspension would roll the block back while "
+                "the step's side effect stays done. Move the atomic block inside the step's function "
+                "(step.do(name, fn) with fn opening it), or split it into steps.",
+                step=name,
+            ))
         if self.running_step is not None:
             self.fail_fatally(InvalidStepInput(
                 f"Step {name!r} was called inside the body of step {self.running_step!r}: call steps from "
@@ -390,6 +432,22 @@ class Replay:
         raise exc
 
     def lookup(self, key: str, kind: str) -> Entry | None:
+        position = self.steps_called
+        self.steps_called += 1
+        if self.journal:
+            if self.journaled_order is None:
+                # Rows are written in the order run() called the steps, and ids grow with each write.
+                self.journaled_order = [k for k, _ in sorted(self.journal.items(), key=lambda item: item[1].id)]
+            if position < len(self.journaled_order) and self.journaled_order[position] != key:
+                expected = self.journaled_order[position]
+                self.fail_fatally(NonDeterminismError(
+                    f"Instance {self.instance}: step {position + 1} of run() is {key!r}, but the journal has "
+                    f"{expected!r} there (a step renamed, removed, inserted or reordered since the instance "
+                    "began). run() must call the journaled steps in the same order on every replay; new steps "
+                    "may only follow them. Deploy the change as a workflow of another name, or restart() the "
+                    "instance to run it from the top under the new code.",
+                    step=key, expected_step=expected, position=position + 1,
+                ))
         entry = self.journal.get(key)
         if entry is not None and entry.kind != kind:
             self.fail_fatally(NonDeterminismError(

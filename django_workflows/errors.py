@@ -62,6 +62,10 @@ class NonDeterminismError(WorkflowError):
     """The replay met a journaled step with a different kind: ``run()`` is not deterministic."""
 
 
+class StepInTransaction(WorkflowError):
+    """A step was called inside a ``transaction.atomic()`` block that ``run()`` opened."""
+
+
 class StepLimitExceeded(WorkflowError):
     """The instance reached its workflow's step limit."""
 

@@ -122,3 +122,13 @@ def run_workflows(start: datetime | None = None) -> Iterator[WorkflowTestEnv]:
     finally:
         clock.use(previous)
         executors.pop_override()
+
+
+def verify_journal(instance):
+    """Replay an instance's journal against the registered code, running no step and writing nothing;
+    return the ``Divergence`` (why the code deployed now cannot go on with it), or None if it agrees.
+    ``instance`` is an ``InstanceHandle`` (``workflows.get(name).get(id)``) or an ``Instance``."""
+    from django_workflows.models import Instance
+    from django_workflows.verification import verify
+
+    return verify(instance if isinstance(instance, Instance) else Instance.objects.get(pk=instance.pk))

@@ -44,6 +44,13 @@ class Command(BaseCommand):
         trigger.add_argument("--id", dest="instance_id", metavar="ID", default=None,
                              help="The instance id (default: a new UUID); an existing id is an error.")
 
+        verify = commands.add_parser(
+            "verify", parents=[output],
+            help="Replay every unfinished instance's journal against the code deployed now (no step runs, "
+                 "nothing is written); list those it would break, and exit 1 if there are any.")
+        verify.add_argument("name", metavar="NAME", nargs="?", default=None,
+                            help="Only this workflow's instances (default: every workflow's).")
+
         instances = commands.add_parser("instances", help="List, describe and steer instances.")
         actions = instances.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -78,7 +85,7 @@ class Command(BaseCommand):
                    "send-event": self.instances_send_event}.get(options["action"], self.instances_transition)
         else:
             run = {"list": self.workflows_list, "describe": self.workflows_describe,
-                   "trigger": self.trigger}[options["subcommand"]]
+                   "trigger": self.trigger, "verify": self.verify}[options["subcommand"]]
         try:
             run(options)
         except WorkflowError as exc:
@@ -99,6 +106,28 @@ class Command(BaseCommand):
     def trigger(self, options):
         handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"])
         self.show(describe_instance(cli.instance_row(handle)), handle.id)
+
+    def verify(self, options):
+        from django_workflows.verification import verify_unfinished
+
+        name = options["name"]
+        checked, found = verify_unfinished(name)
+        if self.as_json:
+            self.stdout.write(cli.dumps({"verified": checked, "diverged": [d.as_dict() for d in found]}))
+        else:
+            scope = f"workflow {name!r}" if name else "every workflow"
+            self.stdout.write(f"Verified {checked} unfinished instances of {scope} against the code deployed now: "
+                              f"{len(found)} would stop.")
+            if found:
+                self.stdout.write(cli.table(
+                    ["WORKFLOW", "INSTANCE", "STATUS", "ERROR", "STEP", "EXPECTED"],
+                    [[d.workflow, d.instance_id, d.status, d.error, d.step or "", d.expected_step or ""]
+                     for d in found]))
+                for divergence in found:
+                    self.stderr.write(f"{divergence.workflow}/{divergence.instance_id}: {divergence.message}")
+        if found:
+            raise CommandError(f"{len(found)} unfinished instances do not agree with the code deployed now",
+                               returncode=1)
 
     def instances_list(self, options):
         name = workflows.get(options["name"]).name

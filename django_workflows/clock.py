@@ -9,8 +9,11 @@ forward by this process's monotonic clock (which no clock skew, NTP step or ``fa
 - the reading is one ``SELECT`` on a connection of its own (so it never runs inside a caller's
   transaction or shows in a test's query count), taken at first use and every ``REFRESH_SECONDS``;
 - on SQLite the database is a file on this machine and its clock is this machine's: no reading;
-- if the database cannot be reached for a reading, the last one goes on serving; before the first,
-  this machine's clock serves, and the reading is tried again a few seconds later.
+- if the database cannot be reached for a reading, the last one goes on serving; before the first
+  there is no time to serve: ``now()`` raises ``ClockUnavailable`` (a ``DatabaseError``, so a replay
+  is abandoned and tried again as for any other statement that failed), and never falls back to this
+  machine's clock, which may be minutes off. A worker that starts while its database restarts is
+  the common case.
 
 ``django_workflows.testing`` replaces this clock with one that moves only when a test says so.
 """
@@ -23,6 +26,8 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+from django.db import DatabaseError
+
 logger = logging.getLogger("django_workflows.clock")
 
 # How often the database's clock is read again. Between readings the monotonic clock carries it: its
@@ -30,6 +35,10 @@ logger = logging.getLogger("django_workflows.clock")
 REFRESH_SECONDS = 60.0
 # After a failed reading, the next attempt waits this long (the database may be restarting).
 RETRY_SECONDS = 5.0
+
+
+class ClockUnavailable(DatabaseError):
+    """The database's clock has not been read yet, and the last attempt to read it failed."""
 
 
 class SystemClock:
@@ -58,29 +67,37 @@ class DatabaseClock:
         self._base: datetime | None = None  # the server's time at the monotonic instant _read_at
         self._read_at = 0.0
         self._next_reading = 0.0
+        self._failure: str | None = None  # why the last reading failed
 
     def now(self) -> datetime:
         moment = time.monotonic()
         if moment >= self._next_reading:
-            self._refresh(moment)
+            self._refresh(moment, wait=self._base is None)
         base = self._base
         if base is None:
-            return datetime.now(UTC)
+            if self._local:
+                return datetime.now(UTC)
+            raise ClockUnavailable(
+                f"The database's clock has not been read yet ({self._failure or 'another thread is reading it'}); "
+                f"it is read again within {RETRY_SECONDS:.0f} s. Leases and wake times are kept on that "
+                "clock, so nothing is written until it is read."
+            )
         return base + timedelta(seconds=time.monotonic() - self._read_at)
 
     def forget(self) -> None:
         """Read the clock again at the next ``now()`` (another database, in tests)."""
         with self._lock:
-            self._local, self._base, self._next_reading = None, None, 0.0
+            self._local, self._base, self._next_reading, self._failure = None, None, 0.0, None
 
-    def _refresh(self, moment: float) -> None:
-        # One thread reads; the others go on with the last reading (or this machine's clock before the
-        # first), rather than queue behind a database that may be slow to answer.
-        if not self._lock.acquire(blocking=False):
+    def _refresh(self, moment: float, wait: bool) -> None:
+        # Once a reading exists, one thread reads again and the others go on with the last reading
+        # rather than queue behind a database that may be slow to answer. Before the first, there is
+        # nothing to go on with: they wait for the thread that reads.
+        if not self._lock.acquire(blocking=wait):
             return
         try:
             if moment < self._next_reading:
-                return
+                return  # another thread read it (or failed to, and the retry is not due) meanwhile
             if self._local is None:
                 self._local = self._connection_vendor() == "sqlite"
             if self._local:
@@ -90,9 +107,11 @@ class DatabaseClock:
                 self._read()
             except Exception as exc:
                 self._next_reading = time.monotonic() + RETRY_SECONDS
-                logger.warning("could not read the database's clock (%s: %s); %s", type(exc).__name__, exc,
-                               "going on with the last reading" if self._base else "using this machine's clock")
+                self._failure = f"{type(exc).__name__}: {exc}".strip()
+                logger.warning("could not read the database's clock (%s); %s", self._failure,
+                               "going on with the last reading" if self._base else "nothing is written until it is read")
             else:
+                self._failure = None
                 self._next_reading = self._read_at + REFRESH_SECONDS
         finally:
             self._lock.release()

@@ -273,8 +273,8 @@ class Replay:
             time.sleep(pause)
             self.writer.close()
             connection.close()
-            now = clock.now()
             try:
+                now = clock.now()
                 released = self.writer.abandon(now, now + ABANDONED_REPLAY_DELAY)
             except DatabaseError:
                 continue

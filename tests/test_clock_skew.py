@@ -19,9 +19,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connection, transaction
+from django.contrib.auth.models import User
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
 
 from django_workflows import WorkflowEntrypoint, clock, workflows
 from django_workflows.definition import registry
@@ -87,6 +89,65 @@ def test_the_clock_is_read_on_a_connection_of_its_own_and_only_where_the_databas
     else:
         assert reading._base is not None, "the clock was not read from the database"
         assert abs((moment - database_time()).total_seconds()) < 1
+
+
+def unreachable_clock() -> clock.DatabaseClock:
+    """The clock of a PostgreSQL server that does not answer: nothing listens on its port."""
+    settings_dict = {**connections["default"].settings_dict, "PORT": "1"}
+    server = type(connections["default"])(settings_dict)
+    reading = clock.DatabaseClock()
+    reading._database = lambda: server
+    return reading
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_before_its_first_reading_the_clock_never_answers_with_this_machines_time():
+    reading = unreachable_clock()
+    for _ in range(2):  # the attempt that failed, then the wait for its retry
+        with pytest.raises(clock.ClockUnavailable, match="has not been read yet .OperationalError"):
+            reading.now()
+    assert issubclass(clock.ClockUnavailable, DatabaseError), "a replay must treat it as the store failing"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_thread_that_finds_the_first_reading_under_way_waits_for_it():
+    reading = clock.DatabaseClock()
+    answers: list = []
+    reading._lock.acquire()  # another thread is reading the clock for the first time
+    waiting = threading.Thread(target=lambda: answers.append(reading.now()))
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and not answers, "answered before the database's clock was read"
+    reading._lock.release()
+    waiting.join(10)
+    assert reading._base is not None
+    assert abs((answers[0] - database_time()).total_seconds()) < 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_with_the_clock_unread_a_replay_takes_no_lease_and_the_api_answers_503(workflows_env):
+    # workflows_env: the inline executor, so creating the instance queues nothing elsewhere.
+    handle = workflows.get("approval").create(id="unread-clock", params={})
+    before = Instance.objects.values().get(pk=handle.pk)
+    client = APIClient()
+    client.force_authenticate(User.objects.create_superuser("admin", "admin@example.com", "pw"))
+    previous = clock.use(unreachable_clock())
+    try:
+        with pytest.raises(DatabaseError):
+            replay(handle.pk)
+        response = client.post("/workflows/approval/instances/", {"instance_id": "another"},
+                               format="json")
+    finally:
+        clock.use(previous)
+    assert Instance.objects.values().get(pk=handle.pk) == before
+    assert response.status_code == 503, response.content
+    assert response["Retry-After"] == "5"
+    error = response.json()["error"]
+    assert error["code"] == "database_unavailable" and "Try again" in error["message"]
+    assert not Instance.objects.filter(instance_id="another").exists()
 
 
 # -- a lease that lapsed or was lost ------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import DatabaseError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -37,6 +38,10 @@ class MalformedJSON(WorkflowAPIError):
 
 class UnsupportedMediaType(WorkflowAPIError):
     status_code, default_code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"
+
+
+class DatabaseUnavailable(WorkflowAPIError):
+    status_code, default_code = status.HTTP_503_SERVICE_UNAVAILABLE, "database_unavailable"
 
 
 class BadSignature(WorkflowAPIError):
@@ -84,7 +89,14 @@ def exception_handler(exc, context):
         exc = MalformedJSON(f"The request body is not valid JSON: {exc.detail}")
     elif isinstance(exc, exceptions.UnsupportedMediaType):
         exc = UnsupportedMediaType(f"{exc.detail} Send the body as application/json.")
+    elif isinstance(exc, DatabaseError):
+        # A restart or failover, not the request's fault: the transaction is rolled back (the handler
+        # marks it so), so the same request may be sent again.
+        exc = DatabaseUnavailable(f"The database did not answer ({type(exc).__name__}); nothing was "
+                                  "changed. Try again in a few seconds.")
     response = drf_exception_handler(exc, context)
+    if isinstance(exc, DatabaseUnavailable) and response is not None:
+        response["Retry-After"] = "5"
     if response is None:
         return None
     detail = response.data

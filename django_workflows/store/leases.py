@@ -102,20 +102,23 @@ class LeaseKeeper:
             try:
                 since = time.monotonic()
                 expires = clock.now() + timedelta(seconds=seconds)
-                # Under the lock, so that no renewal lands after hold() has returned.
-                with self._lock:
-                    for lease in renew:
+                for lease in renew:
+                    # Not under the lock, so that a slow statement (SQLite waiting out another writer)
+                    # never holds up hold()'s exit. A renewal landing after the replay released the
+                    # lease changes nothing: the release left the status outside ``leased``, and the
+                    # next lease taken on the instance has another epoch.
+                    with self._lock:
                         if self._held.get((lease.instance_pk, lease.epoch)) is not lease:
                             continue
-                        renewed = Instance.objects.filter(
-                            pk=lease.instance_pk, epoch=lease.epoch, status__in=leased
-                        ).update(lease_expires_at=expires)
-                        if renewed:
-                            lease.extend(since, seconds)
-                        else:
-                            # Terminated, restarted or taken over: the replay stops before its next
-                            # step body or write.
-                            lease.lost = True
+                    renewed = Instance.objects.filter(
+                        pk=lease.instance_pk, epoch=lease.epoch, status__in=leased
+                    ).update(lease_expires_at=expires)
+                    if renewed:
+                        lease.extend(since, seconds)
+                    else:
+                        # Terminated, restarted or taken over: the replay stops before its next
+                        # step body or write.
+                        lease.lost = True
             except Exception:
                 # A database hiccup: try again next round; the lease has two more thirds to go, and
                 # the replay stops by itself if they pass (Lease.holds).

@@ -2,8 +2,17 @@
 
 from django.db import migrations, models
 
+from django_workflows.migration_operations import (
+    AddFieldConcurrentlyOnPostgreSQL,
+    AddIndexConcurrentlyOnPostgreSQL,
+)
+
 
 class Migration(migrations.Migration):
+
+    # Safe on a live PostgreSQL (django_workflows.migration_operations): the crash count's CHECK is
+    # validated apart and the index built concurrently, which cannot run inside a transaction.
+    atomic = False
 
     dependencies = [
         ('django_workflows', '0001_initial'),
@@ -29,12 +38,12 @@ class Migration(migrations.Migration):
                 'ordering': ['-last_seen'],
             },
         ),
-        migrations.AddField(
+        AddFieldConcurrentlyOnPostgreSQL(
             model_name='instance',
             name='crash_count',
             field=models.PositiveIntegerField(default=0, help_text='Replays in a row whose lease expired before they finished (a dead worker).'),
         ),
-        migrations.AddIndex(
+        AddIndexConcurrentlyOnPostgreSQL(
             model_name='instance',
             index=models.Index(fields=['status', 'updated_at'], name='dw_instance_status_updated'),
         ),

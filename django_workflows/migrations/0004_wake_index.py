@@ -2,20 +2,30 @@
 
 from django.db import migrations, models
 
+from django_workflows.migration_operations import (
+    AddIndexConcurrentlyOnPostgreSQL,
+    RemoveIndexConcurrentlyOnPostgreSQL,
+)
+
 
 class Migration(migrations.Migration):
+
+    # Safe on a live PostgreSQL (django_workflows.migration_operations): indexes are built and
+    # dropped concurrently, which cannot run inside a transaction.
+    atomic = False
 
     dependencies = [
         ('django_workflows', '0003_send_event_permission'),
     ]
 
+    # The new index is built before the old one is dropped, so that the wake-up queries always have one.
     operations = [
-        migrations.RemoveIndex(
-            model_name='instance',
-            name='dw_instance_due',
-        ),
-        migrations.AddIndex(
+        AddIndexConcurrentlyOnPostgreSQL(
             model_name='instance',
             index=models.Index(condition=models.Q(('status', 'waiting')), fields=['status', 'wake_at'], name='dw_instance_wake'),
+        ),
+        RemoveIndexConcurrentlyOnPostgreSQL(
+            model_name='instance',
+            name='dw_instance_due',
         ),
     ]

@@ -2,15 +2,21 @@
 
 from django.db import migrations, models
 
+from django_workflows.migration_operations import AddFieldConcurrentlyOnPostgreSQL
+
 
 class Migration(migrations.Migration):
+
+    # Safe on a live PostgreSQL (django_workflows.migration_operations): the unique index is built
+    # concurrently, which cannot run inside a transaction.
+    atomic = False
 
     dependencies = [
         ('django_workflows', '0005_change_notifications'),
     ]
 
     operations = [
-        migrations.AddField(
+        AddFieldConcurrentlyOnPostgreSQL(
             model_name='event',
             name='delivery',
             field=models.CharField(blank=True, editable=False, help_text='For a signed webhook, a digest of its signature: the same delivery is stored once.', max_length=64, null=True, unique=True),

@@ -2,27 +2,7 @@
 
 from django.db import migrations, models
 
-
-class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
-    """``AddIndex``, built with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL: the instance table of a
-    live site is large and busy, and a plain ``CREATE INDEX`` would block every write to it while the
-    index is built. Other databases (SQLite) get a plain ``CREATE INDEX``."""
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            if schema_editor.connection.vendor == "postgresql":
-                schema_editor.add_index(model, self.index, concurrently=True)
-            else:
-                schema_editor.add_index(model, self.index)
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            if schema_editor.connection.vendor == "postgresql":
-                schema_editor.remove_index(model, self.index, concurrently=True)
-            else:
-                schema_editor.remove_index(model, self.index)
+from django_workflows.migration_operations import AddIndexConcurrentlyOnPostgreSQL
 
 
 class Migration(migrations.Migration):

@@ -1,0 +1,267 @@
+"""Migration operations that a live PostgreSQL database runs without stopping its traffic.
+
+The instance, step and event tables of a running site are large and written all the time. Django's
+plain operations build an index or check a constraint under a lock that stops every write to the table
+(``CREATE INDEX``) or every read and write (``ALTER TABLE``), for as long as the build or the scan
+takes. These operations do the slow part under locks that let reads and writes through
+(``CONCURRENTLY``, ``NOT VALID`` then ``VALIDATE CONSTRAINT``) and keep the ``ACCESS EXCLUSIVE`` lock
+of ``ALTER TABLE`` for catalog changes only, which take milliseconds. On other databases (SQLite) they
+are Django's plain operations, and their resulting model state is the plain operations' in every case.
+
+A migration that uses them must be ``atomic = False``: PostgreSQL builds an index concurrently only
+outside a transaction. Each statement then commits on its own, so a migration stopped half-way (a
+``lock_timeout``, a cancelled deploy) may be run again: every step looks in the catalog whether it is
+done, and an index left invalid by an interrupted build is dropped and built again.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from django.db import NotSupportedError, migrations, transaction
+from django.db.migrations.operations.base import Operation
+
+
+def _on_postgresql(operation, schema_editor) -> bool:
+    if schema_editor.connection.vendor != "postgresql":
+        return False
+    if schema_editor.connection.in_atomic_block:
+        raise NotSupportedError(
+            f"{operation.__class__.__name__} cannot run inside a transaction on PostgreSQL: "
+            "set atomic = False on the migration."
+        )
+    return True
+
+
+def _catalog_says(schema_editor, sql: str, params) -> bool:
+    """Whether the catalog holds what ``sql`` looks for. ``sqlmigrate`` prints every statement, as
+    for a database that holds none of it yet."""
+    if schema_editor.collect_sql:
+        return False
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return bool(cursor.fetchone()[0])
+
+
+def _index_is(schema_editor, name: str, *, valid: bool) -> bool:
+    return _catalog_says(
+        schema_editor,
+        "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%s) AND indisvalid = %s)",
+        [schema_editor.quote_name(name), valid],
+    )
+
+
+def _drop_invalid_index(schema_editor, name: str) -> None:
+    """An interrupted ``CREATE INDEX CONCURRENTLY`` leaves an invalid index of the name behind: it
+    serves no query, is still updated by every write, and would make the next build fail."""
+    if _index_is(schema_editor, name, valid=False):
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(name)}")
+
+
+def _constraint_exists(schema_editor, table: str, name: str) -> bool:
+    return _catalog_says(
+        schema_editor,
+        "SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname = %s)",
+        [schema_editor.quote_name(table), name],
+    )
+
+
+def _column_exists(schema_editor, table: str, column: str) -> bool:
+    return _catalog_says(
+        schema_editor,
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s "
+        "AND NOT attisdropped)",
+        [schema_editor.quote_name(table), column],
+    )
+
+
+def _constraint_name(schema_editor, table: str, column: str, kind: str) -> str:
+    """The name PostgreSQL gives a column's own UNIQUE (``key``) or CHECK (``check``) constraint: the
+    name the constraint has on databases that were migrated by a plain ``AddField``."""
+    name = f"{table}_{column}_{kind}"
+    if len(name) > schema_editor.connection.ops.max_name_length():
+        raise ValueError(f"{name!r} is longer than PostgreSQL's names: PostgreSQL would have shortened it.")
+    return name
+
+
+class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
+    """``AddIndex``, built with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL: a plain ``CREATE INDEX``
+    stops every write to the table while it reads the whole table and sorts it."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if not _on_postgresql(self, schema_editor):
+            schema_editor.add_index(model, self.index)
+            return
+        _drop_invalid_index(schema_editor, self.index.name)
+        if not _index_is(schema_editor, self.index.name, valid=True):
+            schema_editor.add_index(model, self.index, concurrently=True)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if _on_postgresql(self, schema_editor):
+            schema_editor.remove_index(model, self.index, concurrently=True)
+        else:
+            schema_editor.remove_index(model, self.index)
+
+
+class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
+    """``RemoveIndex``, dropped with ``DROP INDEX CONCURRENTLY`` on PostgreSQL: a plain ``DROP INDEX``
+    takes an ``ACCESS EXCLUSIVE`` lock on the table, and in an atomic migration keeps it until the
+    migration's last statement, an index build maybe."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        if _on_postgresql(self, schema_editor):
+            schema_editor.remove_index(model, index, concurrently=True)
+        else:
+            schema_editor.remove_index(model, index)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        if not _on_postgresql(self, schema_editor):
+            schema_editor.add_index(model, index)
+            return
+        _drop_invalid_index(schema_editor, index.name)
+        if not _index_is(schema_editor, index.name, valid=True):
+            schema_editor.add_index(model, index, concurrently=True)
+
+
+class AddFieldConcurrentlyOnPostgreSQL(migrations.AddField):
+    """``AddField`` of a column to a populated table. On PostgreSQL the column is added bare, which is a
+    catalog change when it is nullable or has a constant default, and then:
+
+    - a unique column gets its index built ``CONCURRENTLY``, then made its UNIQUE constraint
+      (``ADD CONSTRAINT ... UNIQUE USING INDEX``, a catalog change). Django's second index for
+      ``LIKE`` queries (``..._like``, ``varchar_pattern_ops``) is not built: a unique column is looked
+      up by equality, which the unique index serves;
+    - a column with a CHECK (a positive integer's ``>= 0``) gets it ``NOT VALID``, which checks new
+      rows only, then ``VALIDATE CONSTRAINT``, which reads the table under a lock that lets reads and
+      writes through. A CHECK written on the column would have the table read under ``ACCESS
+      EXCLUSIVE``.
+
+    The constraints have the names a plain ``AddField`` gives them. Relations and ``db_index`` columns
+    are not handled: no migration of the app adds one to a populated table.
+    """
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if not _on_postgresql(self, schema_editor):
+            # SQLite copies the table into a new one for a unique or NOT NULL column: one transaction
+            # keeps the copy whole, which the non-atomic migration does not.
+            with transaction.atomic(using=schema_editor.connection.alias):
+                super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
+
+        field = model._meta.get_field(self.name)
+        if field.remote_field or (field.db_index and not field.unique):
+            raise NotImplementedError(f"{self.__class__.__name__} does not add relations or indexed columns.")
+        table = model._meta.db_table
+        column = field.column
+        quote = schema_editor.quote_name
+
+        if not _column_exists(schema_editor, table, column):
+            bare = copy.copy(field)
+            bare._unique = False
+            bare.db_check = lambda connection: None
+            if not self.preserve_default:
+                bare.default = self.field.default
+            schema_editor.add_field(from_state.apps.get_model(app_label, self.model_name), bare)
+
+        if field.unique:
+            name = _constraint_name(schema_editor, table, column, "key")
+            if not _constraint_exists(schema_editor, table, name):
+                _drop_invalid_index(schema_editor, name)
+                schema_editor.execute(
+                    f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {quote(name)} ON {quote(table)} "
+                    f"({quote(column)})"
+                )
+                schema_editor.execute(
+                    f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(name)} "
+                    f"UNIQUE USING INDEX {quote(name)}"
+                )
+
+        check = field.db_parameters(connection=schema_editor.connection)["check"]
+        if check:
+            name = _constraint_name(schema_editor, table, column, "check")
+            if not _constraint_exists(schema_editor, table, name):
+                schema_editor.execute(
+                    f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(name)} CHECK ({check}) NOT VALID"
+                )
+            schema_editor.execute(f"ALTER TABLE {quote(table)} VALIDATE CONSTRAINT {quote(name)}")
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            # DROP COLUMN is a catalog change, and takes the column's constraints and indexes along.
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+            return
+        with transaction.atomic(using=schema_editor.connection.alias):
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class DropLikeIndexOnPostgreSQL(Operation):
+    """Drops the ``LIKE`` index (``varchar_pattern_ops``) that Django's PostgreSQL backend added beside a
+    unique text column's constraint, with ``DROP INDEX CONCURRENTLY``. The index is found in the
+    catalog, by its one column and its operator class, not by the name Django would give it today.
+
+    Such an index serves no query when the column is only looked up by equality, and costs every
+    write. Nothing on other databases, and nothing is rebuilt backwards."""
+
+    def __init__(self, model_name: str, name: str):
+        self.model_name = model_name
+        self.name = name
+
+    def deconstruct(self):
+        return self.__class__.__name__, [], {"model_name": self.model_name, "name": self.name}
+
+    def state_forwards(self, app_label, state):
+        pass
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if not _on_postgresql(self, schema_editor):
+            return
+        with schema_editor.connection.cursor() as cursor:
+            cursor.execute(
+                """
+                SELECT quote_ident(namespace.nspname) || '.' || quote_ident(index.relname)
+                FROM pg_index
+                JOIN pg_class AS index ON index.oid = pg_index.indexrelid
+                JOIN pg_namespace AS namespace ON namespace.oid = index.relnamespace
+                JOIN pg_attribute AS attribute
+                    ON attribute.attrelid = pg_index.indrelid AND attribute.attnum = pg_index.indkey[0]
+                JOIN pg_opclass AS opclass ON opclass.oid = pg_index.indclass[0]
+                WHERE pg_index.indrelid = to_regclass(%s) AND pg_index.indnatts = 1
+                    AND attribute.attname = %s
+                    AND opclass.opcname IN ('varchar_pattern_ops', 'text_pattern_ops')
+                    AND NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conindid = pg_index.indexrelid)
+                """,
+                [schema_editor.quote_name(model._meta.db_table), model._meta.get_field(self.name).column],
+            )
+            indexes = [name for (name,) in cursor.fetchall()]
+        for index in indexes:
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        pass
+
+    def describe(self):
+        return f"Drop the LIKE index of {self.model_name}.{self.name} on PostgreSQL"
+
+    @property
+    def migration_name_fragment(self):
+        return f"drop_{self.model_name.lower()}_{self.name.lower()}_like_index"

@@ -6,8 +6,11 @@ registry (``workflows``) are resolved lazily on first access.
 
 from django_workflows.definition import WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
 from django_workflows.errors import (
+    DuplicateDelivery,
+    EventRefused,
     InstanceAlreadyExists,
     InstanceNotFound,
+    InvalidEvent,
     InvalidTransition,
     NonDeterminismError,
     NonRetryableError,
@@ -23,8 +26,11 @@ from django_workflows.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DuplicateDelivery",
+    "EventRefused",
     "InstanceAlreadyExists",
     "InstanceNotFound",
+    "InvalidEvent",
     "InvalidTransition",
     "NonDeterminismError",
     "StepInTransaction",

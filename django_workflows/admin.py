@@ -26,13 +26,13 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.timezone import localtime
 
-from django_workflows import audit, clock
+from django_workflows import audit, clock, declared_events
 from django_workflows.definition import registry
 from django_workflows.describe import describe_event, describe_step, describe_workflow, status_counts
 from django_workflows.diagram import diagram_for
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.drawing.timeline import human_duration, render_timeline, when
-from django_workflows.errors import InvalidTransition, WorkflowError, WorkflowNotFound
+from django_workflows.errors import EventRefused, InvalidTransition, WorkflowError, WorkflowNotFound
 from django_workflows.instances import ACTIVE_STATUSES, InstanceHandle
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
 from django_workflows.templatetags.workflows_admin import readable_json
@@ -102,14 +102,10 @@ def handle_for(instance: Instance) -> InstanceHandle:
 
 
 def approvals_of(workflow_name: str) -> frozenset[str]:
-    """The event types a person sends for a workflow by approving or rejecting: its ``approvals``.
-    None for a workflow no longer defined: nothing says which of its waits are for a person."""
-    try:
-        declared = registry.get(workflow_name).approvals
-    except WorkflowNotFound:
-        return frozenset()
-    # approvals = "manager-approval" names one type, not its letters.
-    return frozenset([declared] if isinstance(declared, str) else declared)
+    """The event types a person sends for a workflow by approving or rejecting: those its ``events``
+    declare ``approval``, and those its ``approvals`` names. None for a workflow no longer defined:
+    nothing says which of its waits are for a person."""
+    return declared_events.approval_types(workflow_name)
 
 
 def approval_awaited(instance: Instance) -> str | None:
@@ -119,6 +115,17 @@ def approval_awaited(instance: Instance) -> str | None:
         return None
     declared = approvals_of(instance.workflow_name)
     return next((event_type for event_type in instance.waiting_for if event_type in declared), None)
+
+
+def decision_refused(request, instance: Instance, event_type: str | None) -> str | None:
+    """Why this user may not approve or reject (the event type's declared permission); None if they may."""
+    if event_type is None:
+        return None
+    try:
+        declared_events.authorize(instance.workflow_name, event_type, declared_events.ADMIN, request.user)
+    except EventRefused as exc:
+        return str(exc)
+    return None
 
 
 def awaiting_approval():
@@ -453,6 +460,7 @@ class InstanceAdmin(admin.ModelAdmin):
             "consumed_events": consumed,
             "steering": steering,
             "awaiting": awaiting,
+            "decision_refused": decision_refused(request, instance, awaiting),
             "waiting_since": waiting_since,
             "can_send_events": self.can_send_events(request),
             "send_event_form": SendEventForm(
@@ -520,6 +528,7 @@ class InstanceAdmin(admin.ModelAdmin):
 
     def _send(self, request, instance: Instance, event_type: str, payload, what: str) -> None:
         try:
+            declared_events.authorize(instance.workflow_name, event_type, declared_events.ADMIN, request.user)
             handle_for(instance).send_event(
                 type=event_type, payload=payload, sender=audit.user_sender("admin", request.user)
             )
@@ -558,7 +567,8 @@ class InstanceAdmin(admin.ModelAdmin):
                 request,
                 f"Nothing was sent: {instance} waits for {' or '.join(map(repr, instance.waiting_for))}, "
                 f"which workflow {instance.workflow_name!r} does not declare as an approval "
-                "(its approvals attribute); send the event with Send an event if you mean to.",
+                "(approval: True in its events, or its approvals attribute); send the event with Send an "
+                "event if you mean to.",
                 messages.ERROR,
             )
         else:
@@ -608,6 +618,7 @@ class InstanceAdmin(admin.ModelAdmin):
             {
                 "instance": instance,
                 "awaiting": approval_awaited(instance),
+                "refused": decision_refused(request, instance, approval_awaited(instance)),
                 "waiting_for": instance.waiting_for,
                 "url": reverse("admin:django_workflows_instance_change", args=[instance.pk]),
                 "decide_url": reverse("admin:django_workflows_instance_decide", args=[instance.pk]),

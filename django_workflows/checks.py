@@ -7,13 +7,14 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, router
 from django.db.models import Count
 
+from django_workflows import declared_events
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WORKFLOW_NAME_PATTERN, WorkflowEntrypoint, is_async, registry
 from django_workflows.engine import validate_event_type
 from django_workflows.errors import InvalidEvent, WorkflowConfigError
 from django_workflows.policy import validate_config
 
-SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LEASE_SECONDS",
+SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS", "LEASE_SECONDS",
                  "POISON_LIMIT", "WAKE_BATCH", "RETENTION_BATCH", "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
 INTERVAL_SETTINGS = ("WAKE_INTERVAL", "SWEEP_INTERVAL", "IDLE_RECHECK_SECONDS")
 
@@ -170,6 +171,16 @@ def check_workflows(app_configs=None, **kwargs):
                      "approvals = {'manager-approval'}.",
                 id="django_workflows.E010",
             ))
+        problems = declared_events.declaration_problems(cls)
+        for problem in problems:
+            messages.append(Error(
+                f"{where}.events: {problem}.",
+                hint="events = {'manager-approval': {'permission': 'app.codename', 'approval': True, "
+                     "'schema': {...}}, 'provider-webhook': {'webhook': True}}; see declared events in the README.",
+                id="django_workflows.E013",
+            ))
+        if isinstance(getattr(cls, "events", None), dict) and not problems:
+            messages.extend(_undeclared_waits(cls, where))
         if cls.run is WorkflowEntrypoint.run:
             messages.append(Error(
                 f"{where} does not define run(self, event, step).",
@@ -233,3 +244,21 @@ def sqlite_messages(alias: str, database: dict):
              "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;'.",
         id="django_workflows.W001",
     )]
+
+
+def _undeclared_waits(cls, where: str) -> list[Error]:
+    """``step.wait_for_event`` calls whose literal types the class's ``events`` does not declare: they
+    would wait out their timeout, since no sender may send those types."""
+    from django_workflows.diagram import parse_workflow_class
+
+    messages = []
+    for step in parse_workflow_class(cls).steps():
+        undeclared = [t for t in step.event_types or () if t not in cls.events]
+        if undeclared:
+            messages.append(Error(
+                f"{where}.run waits for {', '.join(map(repr, undeclared))} (step {step.label!r}, line "
+                f"{step.lineno}), which its events do not declare: no one could send it.",
+                hint="Declare the type in events, or wait for a declared one.",
+                id="django_workflows.E014",
+            ))
+    return messages

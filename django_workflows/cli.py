@@ -72,6 +72,24 @@ def cli_sender() -> str:
 
 # -- lookups --------------------------------------------------------------------------------------
 
+def find_user(username: str):
+    """The Django user ``--user`` names, who must be active and hold ``django_workflows.send_event``."""
+    from django.contrib.auth import get_user_model
+    from django.core.management.base import CommandError
+
+    model = get_user_model()
+    try:
+        user = model._default_manager.get_by_natural_key(username)
+    except model.DoesNotExist:
+        raise CommandError(f"No user named {username!r}; --user takes a Django username.") from None
+    if not user.is_active:
+        raise CommandError(f"User {username!r} is inactive and may not send events.")
+    if not user.has_perm("django_workflows.send_event"):
+        raise CommandError(f"User {username!r} lacks the permission django_workflows.send_event, which "
+                           "sending any event needs.")
+    return user
+
+
 def find_instance(workflow_name: str, instance_id: str) -> Instance:
     """The instance row, by id or ``latest`` (the most recently created instance of the workflow)."""
     if instance_id == LATEST:
@@ -210,4 +228,10 @@ def format_instance(description: dict) -> str:
         rows = [[e["type"], when(e["received"]), e["sender"] or EMPTY, e["consumed_by"] or "(in the inbox)"]
                 for e in d["events"]]
         parts.append(table(["EVENT", "RECEIVED", "SENDER", "CONSUMED BY"], rows))
+    pages = d.get("pages", {})
+    more = [f"the first {len(d[name])} of {pages[name]['count']} {name}" for name in ("steps", "events")
+            if name in pages and pages[name]["count"] > len(d[name])]
+    if more:
+        parts.append(f"Shown: {' and '.join(more)}; the API (?steps_page=, ?events_page=) and the admin "
+                     "show the rest.")
     return "\n\n".join(parts)

@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_EVENT_PAYLOAD_SIZE": MIB,
     # Bytes of an instance's params, once encoded as JSON.
     "MAX_PARAMS_SIZE": MIB,
+    # Events an instance's inbox may hold unconsumed; one more is refused (the API's 429 inbox_full).
+    "MAX_PENDING_EVENTS": 1000,
     # Seconds a replay's lease lasts unless renewed; a running replay renews it every third of that.
     # After a worker dies, its instances wait this long before another worker takes them over.
     "LEASE_SECONDS": 60,
@@ -61,8 +63,10 @@ DEFAULTS: dict[str, Any] = {
     # Instances deleted per batch by the worker's retention sweep.
     "RETENTION_BATCH": 500,
     # Dotted paths of DRF authentication classes for the API; None: session and token (when
-    # rest_framework.authtoken is installed).
+    # rest_framework.authtoken is installed). Basic authentication is left out on purpose: see README.
     "API_AUTHENTICATION_CLASSES": None,
+    # Whether anyone may read the API's OpenAPI schema; by default it needs view_instance.
+    "API_SCHEMA_PUBLIC": False,
     # Dotted paths of DRF permission classes for the API.
     "API_PERMISSION_CLASSES": ["django_workflows.api.permissions.WorkflowModelPermissions"],
     # Instances per page in the API's instance list.

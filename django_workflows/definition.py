@@ -42,12 +42,16 @@ class WorkflowEntrypoint:
     ``approvals`` names the event types a person sends by approving or rejecting
     in the admin (``approvals = {"manager-approval"}``); its *Waiting for
     approval* page lists only waits for them, not webhooks or other events.
+    ``events`` declares the event types the workflow accepts, who may send each
+    and what its payload must look like (``django_workflows.declared_events``);
+    without it, any valid type is accepted from anyone allowed to send events.
     Set ``abstract = True`` on a base class that is not a workflow itself.
     """
 
     name: ClassVar[str]
     step_limit: ClassVar[int | None] = None
     approvals: ClassVar[Collection[str]] = frozenset()
+    events: ClassVar[dict[str, dict[str, Any]] | None] = None
     abstract: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count
 
+from django_workflows import declared_events
 from django_workflows.definition import registry
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
 
@@ -34,7 +35,16 @@ def describe_workflow(name: str) -> dict:
         "description": (cls.__doc__ or "").strip(),
         "step_limit": cls.step_limit,
         "instances": status_counts(name)[name],
+        "events": _declared_events(name),
     }
+
+
+def _declared_events(name: str) -> list[dict] | None:
+    rules = declared_events.rules_of(name)
+    if rules is None:
+        return None
+    return [{"type": rule.type, "permission": rule.permission, "webhook": rule.webhook, "approval": rule.approval,
+             "schema": rule.schema} for rule in sorted(rules.values(), key=lambda rule: rule.type)]
 
 
 def instance_summary(instance: Instance) -> dict:
@@ -85,11 +95,22 @@ def describe_event(event: Event, consumed_by_key: str | None) -> dict:
     }
 
 
-def describe_instance(instance: Instance) -> dict:
-    """Everything about one instance: status, params, output, error, its steps and its inbox (3 queries)."""
-    steps = list(Step.objects.filter(instance_id=instance.pk).order_by("id"))
+DETAIL_PAGE_SIZE = 100
+
+
+def describe_instance(instance: Instance, steps_page: int = 1, events_page: int = 1,
+                      per_page: int = DETAIL_PAGE_SIZE) -> dict:
+    """Everything about one instance: status, params, output, error, and a page of its steps and of its
+    inbox (``per_page`` each; 5 queries): an instance may hold 25,000 steps and 1,000 unconsumed events."""
+    step_rows = Step.objects.filter(instance_id=instance.pk)
+    event_rows = Event.objects.filter(instance_id=instance.pk)
+    counts = {"steps": step_rows.count(), "events": event_rows.count()}
+    steps = list(step_rows.order_by("id")[(steps_page - 1) * per_page:steps_page * per_page])
+    events = list(event_rows.order_by("received_at", "id")[(events_page - 1) * per_page:events_page * per_page])
     keys = {step.pk: step.key for step in steps}
-    events = Event.objects.filter(instance_id=instance.pk).order_by("received_at", "id")
+    missing = {event.consumed_by_id for event in events if event.consumed_by_id and event.consumed_by_id not in keys}
+    if missing:
+        keys.update(Step.objects.filter(pk__in=missing).values_list("pk", "key"))
     return {
         **instance_summary(instance),
         "params": instance.params,
@@ -97,4 +118,9 @@ def describe_instance(instance: Instance) -> dict:
         "error": instance.error,
         "steps": [describe_step(step) for step in steps],
         "events": [describe_event(event, keys.get(event.consumed_by_id)) for event in events],
+        "pages": {
+            "per_page": per_page,
+            **{name: {"page": page, "pages": max(1, -(-counts[name] // per_page)), "count": counts[name]}
+               for name, page in (("steps", steps_page), ("events", events_page))},
+        },
     }

@@ -45,6 +45,8 @@ class Step:
     name_source: str
     detail: str = ""
     lineno: int = 0
+    # wait_for_event's types when the source names them literally (None when computed).
+    event_types: tuple[str, ...] | None = None
 
     @property
     def label(self) -> str:
@@ -252,6 +254,8 @@ class _Parser:
             detail = " or ".join(types) if literal else (_source(args["type"]) if "type" in args else "?")
             timeout = args.get("timeout")  # wait_for_event's own default when not given
             detail = f"{detail}, timeout {'24 hours' if timeout is None else _duration_text(timeout)}"
+            return Step(kind=method, name=name, name_source=name_source, detail=detail, lineno=self.line(call),
+                        event_types=tuple(types) if literal else None)
         return Step(kind=method, name=name, name_source=name_source, detail=detail, lineno=self.line(call))
 
     def decorator_step(self, decorator) -> Step | None:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import DatabaseError
 
-from django_workflows import clock
+from django_workflows import clock, declared_events
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEvent, WorkflowStepEvent, registry
 from django_workflows.durations import parse_duration
@@ -32,6 +32,7 @@ from django_workflows.errors import (
     StepLimitExceeded,
     StepResultError,
     StepTimeoutError,
+    WorkflowConfigError,
     WorkflowError,
     WorkflowNotFound,
     WorkflowTimeoutError,
@@ -623,6 +624,16 @@ class Replay:
             types = [validate_event_type(t) for t in types]
         except InvalidEvent as exc:
             raise InvalidStepInput(f"step.wait_for_event({name!r}): {exc}") from None
+        declared = declared_events.rules_of(self.instance.workflow_name)
+        if declared is not None and any(t not in declared for t in types):
+            # Nobody could ever send it: the wait would only run out its timeout.
+            self.fail_fatally(WorkflowConfigError(
+                f"step.wait_for_event({name!r}) waits for "
+                f"{', '.join(repr(t) for t in types if t not in declared)}, which workflow "
+                f"{self.instance.workflow_name!r} does not declare in its events; add it there, or "
+                "wait for a declared type.",
+                step=name,
+            ))
         delta = parse_duration(timeout, what=f"step.wait_for_event({name!r}) timeout")
         if delta > MAX_WAIT:
             raise InvalidStepInput(f"step.wait_for_event({name!r}): timeout {timeout!r} is longer than 365 days")

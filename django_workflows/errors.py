@@ -90,8 +90,20 @@ class InvalidEvent(WorkflowError, ValueError):
     """An event's type or payload is not acceptable."""
 
 
+class EventRefused(WorkflowError, PermissionError):
+    """The workflow's declared events do not let this sender send this type through this channel."""
+
+
 class DuplicateDelivery(WorkflowError):
     """A signed webhook delivery that was already received: the same signature, posted again."""
+
+
+class IdempotencyKeyReused(WorkflowError):
+    """An idempotency key already stored another event (another type or payload) on the instance."""
+
+
+class InboxFull(WorkflowError):
+    """The instance's inbox holds ``MAX_PENDING_EVENTS`` unconsumed events: no more are stored."""
 
 
 class InvalidParams(WorkflowError, ValueError):

@@ -7,18 +7,21 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Any
 
 from django.db import IntegrityError
 
-from django_workflows import clock
+from django_workflows import clock, declared_events
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.engine import validate_event_type
 from django_workflows.errors import (
     DuplicateDelivery,
+    IdempotencyKeyReused,
+    InboxFull,
     InstanceAlreadyExists,
     InstanceNotFound,
     InvalidEvent,
@@ -191,20 +194,37 @@ class InstanceHandle:
             self._current_status()  # raises InstanceNotFound
 
     def send_event(self, type: str, payload: Any = None, *, sender: str = "",  # noqa: A002
-                   delivery: str | None = None) -> None:
+                   delivery: str | None = None, idempotency_key: str | None = None) -> int:
         """Deliver an event: kept in the inbox, and the instance woken if it waits for this type.
+        Returns the stored event's id.
 
-        ``delivery`` identifies a delivery that must be stored at most once (a signed webhook): a second
-        event with the same one is refused with ``DuplicateDelivery`` and changes nothing.
+        ``idempotency_key`` stores the event once per instance and key, for a sender that may send it
+        again (a timeout, a provider's retry): a repeat of the same type and payload returns the first
+        event's id and stores nothing; a repeat with another type or payload is ``IdempotencyKeyReused``.
+        ``delivery`` identifies a signed webhook's delivery, stored at most once: a second event with
+        the same one is refused with ``DuplicateDelivery`` and changes nothing.
         """
         validate_event_type(type)
         _check_json(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE, f"The payload of event {type!r}",
                     InvalidEvent)
+        declared_events.check_arrival(self.workflow_name, type, payload)
+        if idempotency_key is not None:
+            validate_idempotency_key(idempotency_key)
+            delivery = inbox.idempotent_delivery(self.pk, idempotency_key)
+            # A repeat is answered from the inbox before anything else, so that it gets the first
+            # answer even if that event has since finished the instance.
+            first = self._repeat_of(delivery, type, payload, idempotency_key)
+            if first is not None:
+                return first
         try:
-            self._store_event(type, payload, sender, delivery)
+            return self._store_event(type, payload, sender, delivery)
         except IntegrityError:
             # The unique delivery column decides, not a look beforehand: a concurrent twin of this
             # request may have been stored in between.
+            if idempotency_key is not None:
+                first = self._repeat_of(delivery, type, payload, idempotency_key)
+                if first is not None:
+                    return first
             if delivery is None or not inbox.delivery_seen(delivery):
                 raise
             raise DuplicateDelivery(
@@ -212,8 +232,30 @@ class InstanceHandle:
                 workflow=self.workflow_name, instance_id=self.id, delivery=delivery,
             ) from None
 
-    def _store_event(self, type, payload, sender, delivery) -> None:  # noqa: A002
-        status = inbox.deliver(self.pk, type, payload, sender=sender, delivery=delivery, now=clock.now())
+    def _repeat_of(self, delivery: str, type, payload, key: str) -> int | None:  # noqa: A002
+        stored = inbox.stored_delivery(delivery)
+        if stored is None:
+            return None
+        event_id, stored_type, stored_payload = stored
+        if stored_type != type or stored_payload != json.loads(json.dumps(payload)):
+            raise IdempotencyKeyReused(
+                f"Idempotency key {key!r} was used for another event (type {stored_type!r}) or another "
+                "payload on this instance; nothing was stored. Use a new key for a new event.",
+                workflow=self.workflow_name, instance_id=self.id, event_id=event_id,
+            )
+        return event_id
+
+    def _store_event(self, type, payload, sender, delivery) -> int:  # noqa: A002
+        limit = workflow_settings.MAX_PENDING_EVENTS
+        status, event_id = inbox.deliver(self.pk, type, payload, sender=sender, delivery=delivery, now=clock.now(),
+                                         pending_limit=limit)
+        if status == inbox.INBOX_FULL:
+            raise InboxFull(
+                f"Instance {self.workflow_name}/{self.id} holds {limit} events no wait has taken yet "
+                f"(MAX_PENDING_EVENTS); event {type!r} was not stored. Send it once the instance has "
+                "consumed some, or look at why it does not wait for what is sent to it.",
+                workflow=self.workflow_name, instance_id=self.id, limit=limit,
+            )
         if status is None:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
@@ -223,6 +265,19 @@ class InstanceHandle:
                 f"{status} and will not wait for events again.",
                 workflow=self.workflow_name, instance_id=self.id, status=status, action="send_event",
             )
+        return event_id
+
+
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def validate_idempotency_key(key) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise InvalidEvent(
+            f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters, got {str(key)[:100]!r}.",
+            idempotency_key=str(key)[:100],
+        )
+    return key
 
 
 class Workflows:

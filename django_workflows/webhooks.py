@@ -5,6 +5,10 @@ The sender signs ``"<unix timestamp>.<raw body>"`` with HMAC-SHA256 and the work
 further than ``WEBHOOK_TOLERANCE_SECONDS`` from now is refused, so a captured request cannot be replayed
 later, and the inbox remembers each delivery's signature (``Event.delivery``), so it cannot be replayed
 sooner either; the digest is compared in constant time.
+
+A sender that retries a delivery (and signs each retry anew) sends the same ``Idempotency-Key`` header
+each time, and signs ``"<timestamp>.<key>.<raw body>"`` instead: the key is covered by the signature, so
+a captured request cannot be replayed under another key, and the inbox stores the event once per key.
 """
 
 from __future__ import annotations
@@ -24,14 +28,21 @@ class SignatureError(ValueError):
     """The signature is missing, malformed, stale or wrong; the message says which."""
 
 
-def sign(secret: str, body: bytes, timestamp: int | None = None) -> str:
-    """The value of the signature header for ``body`` (what a sender computes)."""
+def _signed(timestamp, body: bytes, idempotency_key: str | None) -> bytes:
+    key = "" if idempotency_key is None else f"{idempotency_key}."
+    return f"{timestamp}.{key}".encode() + body
+
+
+def sign(secret: str, body: bytes, timestamp: int | None = None, idempotency_key: str | None = None) -> str:
+    """The value of the signature header for ``body`` (what a sender computes), with the
+    ``Idempotency-Key`` it sends beside it, if any."""
     timestamp = int(time.time()) if timestamp is None else int(timestamp)
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    digest = hmac.new(secret.encode(), _signed(timestamp, body, idempotency_key), hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={digest}"
 
 
-def verify(secret: str, body: bytes, header: str | None, tolerance: int, now: float | None = None) -> str:
+def verify(secret: str, body: bytes, header: str | None, tolerance: int, now: float | None = None,
+           idempotency_key: str | None = None) -> str:
     """Raise ``SignatureError`` unless ``header`` is a valid, fresh signature of ``body``.
 
     Returns the digest that matched: what identifies this delivery (see ``delivery_id``).
@@ -49,7 +60,7 @@ def verify(secret: str, body: bytes, header: str | None, tolerance: int, now: fl
     now = time.time() if now is None else now
     if abs(now - int(timestamp)) > tolerance:
         raise SignatureError(f"The signature's timestamp is more than {tolerance} seconds from now.")
-    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    expected = hmac.new(secret.encode(), _signed(timestamp, body, idempotency_key), hashlib.sha256).hexdigest()
     # Every candidate is compared, so the time taken does not tell which one matched.
     matched = [digest for digest in digests if hmac.compare_digest(expected, digest)]
     if not matched:

@@ -89,7 +89,7 @@ def test_create_and_describe_an_instance(api, workflows_env):
 
 
 def test_create_without_body_uses_a_uuid(api):
-    response = api.post("/workflows/three-steps/instances/")
+    response = api.post("/workflows/three-steps/instances/", content_type="application/json")
     assert response.status_code == 201 and len(response.json()["id"]) == 36
 
 
@@ -167,7 +167,7 @@ def test_send_event_is_202_and_records_the_sender(api, workflows_env):
 
 def test_an_event_with_an_empty_body_has_a_null_payload(api, workflows_env):
     waiting_approval(workflows_env)
-    response = api.post("/workflows/approval/instances/a1/events/ping/")
+    response = api.post("/workflows/approval/instances/a1/events/ping/", content_type="application/json")
     assert response.status_code == 202 and Event.objects.get().payload is None
 
 
@@ -368,7 +368,7 @@ def test_webhook_with_a_bad_signature_is_401_and_stores_nothing(webhook, case):
     assert not Event.objects.exists()
 
 
-def test_webhook_for_a_workflow_without_a_secret_is_404(webhook):
+def test_webhook_for_a_workflow_without_a_secret_answers_as_a_wrong_signature(webhook):
     body = b"{}"
     response = webhook(body, sign(SECRET, body), workflow="three-steps")
-    assert response.status_code == 404 and error_code(response) == "webhook_not_configured"
+    assert response.status_code == 401 and error_code(response) == "bad_signature"

@@ -85,7 +85,7 @@ API_ENDPOINTS = {  # name: (method, path, body, the permission it needs; None: a
                       "change_instance"),
     "send event": ("POST", "/workflows/approval/instances/a1/events/manager-approval/", {"outcome": "approved"},
                    "send_event"),
-    "schema": ("GET", "/workflows/schema/", None, None),
+    "schema": ("GET", "/workflows/schema/", None, "view_instance"),
 }
 
 
@@ -644,7 +644,7 @@ def test_no_secret_reaches_the_logs(workflows_env, settings, caplog):
     assert bad.get("/workflows/").status_code == 401
     basic = APIClient()
     basic.credentials(HTTP_AUTHORIZATION="Basic cm9vdDpwYTU1LXcwcmQtbm90LWZvci1sb2dz")  # root:pa55-...
-    assert basic.get("/workflows/").status_code == 200
+    assert basic.get("/workflows/").status_code == 401  # Basic is not among the defaults
     assert Client().post("/admin/login/", {"username": "root", "password": "pa55-w0rd-not-for-logs"}
                          ).status_code in (200, 302)
 

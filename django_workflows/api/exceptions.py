@@ -24,6 +24,10 @@ class NotFound(WorkflowAPIError):
     status_code, default_code = status.HTTP_404_NOT_FOUND, "not_found"
 
 
+class Forbidden(WorkflowAPIError):
+    status_code, default_code = status.HTTP_403_FORBIDDEN, "permission_denied"
+
+
 class Conflict(WorkflowAPIError):
     status_code, default_code = status.HTTP_409_CONFLICT, "conflict"
 
@@ -38,6 +42,10 @@ class MalformedJSON(WorkflowAPIError):
 
 class UnsupportedMediaType(WorkflowAPIError):
     status_code, default_code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"
+
+
+class TooManyRequests(WorkflowAPIError):
+    status_code, default_code = status.HTTP_429_TOO_MANY_REQUESTS, "too_many_requests"
 
 
 class DatabaseUnavailable(WorkflowAPIError):
@@ -57,6 +65,10 @@ def from_engine(exc: errors.WorkflowError) -> WorkflowAPIError:
         return NotFound(message, "instance_not_found")
     if isinstance(exc, errors.InstanceAlreadyExists):
         return Conflict(message, "instance_exists")
+    if isinstance(exc, errors.InboxFull):
+        return TooManyRequests(message, "inbox_full")
+    if isinstance(exc, errors.IdempotencyKeyReused):
+        return Conflict(message, "idempotency_key_reused")
     if isinstance(exc, errors.DuplicateDelivery):
         return Conflict(message, "duplicate_delivery")
     if isinstance(exc, errors.InvalidTransition):
@@ -65,7 +77,13 @@ def from_engine(exc: errors.WorkflowError) -> WorkflowAPIError:
         return Conflict(message, "transition_not_allowed")
     if getattr(exc, "too_large", False):
         return PayloadTooLarge(message)
+    if isinstance(exc, errors.EventRefused):
+        return Forbidden(message, exc.reason)
     if isinstance(exc, errors.InvalidEvent):
+        if hasattr(exc, "idempotency_key"):
+            return WorkflowAPIError(message, "invalid_idempotency_key")
+        if hasattr(exc, "payload_path"):
+            return WorkflowAPIError(message, "invalid_payload")
         return WorkflowAPIError(message, "invalid_event_type" if hasattr(exc, "event_type") else "invalid_event")
     if isinstance(exc, errors.InvalidParams):
         return WorkflowAPIError(message, "invalid_id" if hasattr(exc, "instance_id") else "invalid_params")

@@ -6,6 +6,9 @@ versioned, whatever other DRF views the project serves and whatever its ``REST_F
 
 from __future__ import annotations
 
+import copy
+import re
+
 from django.apps import apps
 from django.middleware.csrf import get_token
 from django.shortcuts import render
@@ -14,8 +17,14 @@ from django.urls import include, path, reverse
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
 
 import django_workflows
+from django_workflows import declared_events
+from django_workflows.api.access import APIAccess
+from django_workflows.conf import workflow_settings
+from django_workflows.definition import registry
 
 TITLE = "django-workflows API"
 # Swagger UI's files, for the browser to load: from the project's static files when
@@ -26,7 +35,36 @@ SCHEMA_SETTINGS = {
     "VERSION": django_workflows.__version__,
     "DESCRIPTION": "Create, inspect and steer workflow instances, send them events, and deliver signed "
                    "webhooks. Errors are JSON: {\"error\": {\"code\", \"message\"}}.",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "django_workflows.api.schema.declared_event_operations"],
 }
+
+
+def declared_event_operations(result, generator, request, public):
+    """An operation for each event type a workflow declares, with its payload's schema: the generic
+    ``events/{event_type}/`` operation cannot say what each type's payload must be. A webhook-only
+    type is described at the webhook endpoint, the others at the event endpoint."""
+    paths = result.get("paths", {})
+    generic = {kind: next((p for p in paths if p.endswith(f"/{kind}/{{event_type}}/")), None)
+               for kind in ("events", "webhooks")}
+    for name in registry.names():
+        for rule in (declared_events.rules_of(name) or {}).values():
+            template = generic["webhooks" if rule.webhook else "events"]
+            if template is None or "post" not in paths[template]:
+                continue
+            operation = copy.deepcopy(paths[template]["post"])
+            operation["operationId"] = "_".join(
+                [operation["operationId"], *(re.sub(r"[^A-Za-z0-9]", "_", part) for part in (name, rule.type))])
+            operation["parameters"] = [parameter for parameter in operation.get("parameters", [])
+                                       if parameter.get("name") not in ("name", "event_type")]
+            operation["summary"] = f"Send event {rule.type!r} to an instance of workflow {name!r}"
+            operation["requestBody"] = {
+                "content": {"application/json": {"schema": rule.schema if rule.schema is not None else {}}},
+                "required": False,
+            }
+            concrete = template.replace("{name}", name).replace("{event_type}", rule.type)
+            paths[concrete] = {"post": operation}
+    return result
 
 
 def operation(**kwargs):
@@ -42,12 +80,25 @@ def operation(**kwargs):
     return decorator
 
 
-class SchemaView(SpectacularAPIView):
-    """``GET schema/``: the OpenAPI 3 document, YAML or JSON by the Accept header."""
+class SchemaView(APIAccess, SpectacularAPIView):
+    """``GET schema/``: the OpenAPI 3 document, YAML or JSON by the Accept header.
+
+    It names every workflow and what each accepts, so it asks what the API's reads ask (view_instance),
+    unless ``API_SCHEMA_PUBLIC`` opens it."""
 
     schema = AutoSchema()
     custom_settings = SCHEMA_SETTINGS
     operations: list = []  # the URL patterns it describes, given by urls.py
+
+    def get_permissions(self):
+        from django_workflows.api.permissions import WorkflowModelPermissions
+
+        return [AllowAny() if workflow_settings.API_SCHEMA_PUBLIC else WorkflowModelPermissions()]
+
+    def handle_exception(self, exc):
+        # An error is the API's JSON error, whatever document format the client asked for.
+        self.request.accepted_renderer, self.request.accepted_media_type = JSONRenderer(), "application/json"
+        return super().handle_exception(exc)
 
     @operation(exclude=True)
     def get(self, request, *args, **kwargs):

@@ -115,12 +115,33 @@ class InstancePageSerializer(serializers.Serializer):
     results = InstanceSummarySerializer(many=True)
 
 
+class PageSerializer(serializers.Serializer):
+    page = serializers.IntegerField()
+    pages = serializers.IntegerField()
+    count = serializers.IntegerField()
+
+
+class DetailPagesSerializer(serializers.Serializer):
+    per_page = serializers.IntegerField()
+    steps = PageSerializer(help_text="Ask for another page with ?steps_page=.")
+    events = PageSerializer(help_text="Ask for another page with ?events_page=.")
+
+
 class InstanceSerializer(InstanceSummarySerializer):
     params = serializers.JSONField(allow_null=True)
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
-    steps = StepSerializer(many=True)
-    events = EventSerializer(many=True)
+    steps = StepSerializer(many=True, help_text="One page of the journal, oldest first.")
+    events = EventSerializer(many=True, help_text="One page of the inbox, oldest first.")
+    pages = DetailPagesSerializer()
+
+
+class DeclaredEventSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    permission = serializers.CharField(allow_null=True)
+    webhook = serializers.BooleanField(help_text="Accepted only signed, at the webhook endpoint.")
+    approval = serializers.BooleanField(help_text="Sent by the admin's Approve and Reject buttons.")
+    schema = serializers.JSONField(allow_null=True, help_text="The JSON Schema its payload must match.")
 
 
 class WorkflowSerializer(serializers.Serializer):
@@ -129,9 +150,12 @@ class WorkflowSerializer(serializers.Serializer):
     description = serializers.CharField(allow_blank=True)
     step_limit = serializers.IntegerField(allow_null=True)
     instances = serializers.DictField(child=serializers.IntegerField())
+    events = DeclaredEventSerializer(many=True, allow_null=True,
+                                     help_text="The event types it accepts; null when it accepts any.")
 
 
 class EventAcceptedSerializer(serializers.Serializer):
     accepted = serializers.BooleanField()
+    event_id = serializers.IntegerField(help_text="The stored event; the same for a repeat of its Idempotency-Key.")
     instance = InstanceSummarySerializer()
     type = serializers.CharField()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
@@ -10,21 +11,20 @@ from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status as http
-from rest_framework.authentication import BasicAuthentication
-from rest_framework.exceptions import NotAuthenticated
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_workflows import audit, workflows
+from django_workflows import audit, declared_events, workflows
 from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
+from django_workflows.api.access import APIAccess
 from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
-from django_workflows.describe import describe_instance, describe_workflow, instance_summary
+from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
 from django_workflows.engine import validate_event_type
 from django_workflows.instances import validate_instance_id
 from django_workflows.models import Instance, InstanceStatus
@@ -39,6 +39,7 @@ ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, t
          "delivery was received already.",
     413: "Payload over the size limit.",
     415: "Not application/json.",
+    429: "The instance's inbox is full (MAX_PENDING_EVENTS unconsumed events).",
 }.items()}
 
 
@@ -46,50 +47,13 @@ def errors(*codes):
     return {code: ERRORS[code] for code in codes}
 
 
-def _default_authenticators():
-    from django.apps import apps
-    from rest_framework.authentication import BasicAuthentication, SessionAuthentication
-
-    classes = [SessionAuthentication, BasicAuthentication]
-    if apps.is_installed("rest_framework.authtoken"):
-        from rest_framework.authentication import TokenAuthentication
-
-        classes.insert(1, TokenAuthentication)
-    return classes
-
-
-class WorkflowAPIView(APIView):
+class WorkflowAPIView(APIAccess, APIView):
     schema = AutoSchema()
     required_permission = perms.VIEW
     required_permissions: dict[str, str] = {}
 
-    def get_authenticators(self):
-        paths = workflow_settings.API_AUTHENTICATION_CLASSES
-        classes = _default_authenticators() if paths is None else [import_string(p) for p in paths]
-        return [cls() for cls in classes]
-
-    def permission_denied(self, request, message=None, code=None):
-        # A client that sent credentials this API does not read would otherwise be told that it sent none.
-        scheme = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")[0]
-        if scheme and request.successful_authenticator is None:
-            accepted = {getattr(a, "keyword", "").lower() for a in request.authenticators}
-            accepted |= {"basic" for a in request.authenticators if isinstance(a, BasicAuthentication)}
-            if scheme.lower() not in accepted:
-                hint = (" Add 'rest_framework.authtoken' to INSTALLED_APPS and migrate, or set "
-                        "DJANGO_WORKFLOWS['API_AUTHENTICATION_CLASSES']." if scheme.lower() == "token" else
-                        " Set DJANGO_WORKFLOWS['API_AUTHENTICATION_CLASSES'] to a class that reads it.")
-                raise NotAuthenticated(f"This API does not accept {scheme!r} credentials.{hint}")
-        super().permission_denied(request, message=message, code=code)
-
     def get_permissions(self):
         return [import_string(path)() for path in workflow_settings.API_PERMISSION_CLASSES]
-
-    def get_exception_handler(self):
-        return exceptions.exception_handler
-
-    def get_authenticate_header(self, request):
-        # A 401 needs a WWW-Authenticate header; fall back to Basic when the first authenticator has none.
-        return super().get_authenticate_header(request) or 'Basic realm="api"'
 
     def workflow(self, name: str):
         return workflows.get(name)
@@ -109,14 +73,17 @@ class WorkflowAPIView(APIView):
             body = request.body
         except RequestDataTooBig:
             raise exceptions.PayloadTooLarge("The request body is over the server's upload limit.") from None
+        # Checked before an empty body is allowed: a cross-site form (text/plain, no preflight) may post
+        # an empty body, and the content type is what tells it from this API's own clients.
+        content_type = request.content_type.split(";")[0].strip().lower()
+        if content_type != "application/json" and not content_type.endswith("+json"):
+            raise exceptions.UnsupportedMediaType(
+                f"Content-Type {request.content_type or '(none)'!r} is not supported; send application/json "
+                "(with an empty body too).")
         if not body.strip():
             if required:
                 raise exceptions.MalformedJSON("The request body is empty; send a JSON document.")
             return empty
-        content_type = request.content_type.split(";")[0].strip().lower()
-        if content_type != "application/json" and not content_type.endswith("+json"):
-            raise exceptions.UnsupportedMediaType(
-                f"Content-Type {request.content_type or '(none)'!r} is not supported; send application/json.")
         if len(body) > workflow_settings.MAX_EVENT_PAYLOAD_SIZE + 1024 * 64:
             raise exceptions.PayloadTooLarge(
                 f"The body is {len(body)} bytes, over the limit of {workflow_settings.MAX_EVENT_PAYLOAD_SIZE}.")
@@ -132,6 +99,17 @@ def no_such_endpoint(request, *args, **kwargs):
     hint = "" if request.path.endswith("/") else " API addresses end with '/'."
     return JsonResponse({"error": {"code": "not_found", "message": f"No API endpoint at this address.{hint}"}},
                         status=404)
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False,
+    description="Store the event once per instance and key: a repeat with the same type and payload "
+                "answers as the first did (the same event_id); with another, 409 idempotency_key_reused.")
+
+
+def idempotency_key(request) -> str | None:
+    return request.headers.get(IDEMPOTENCY_HEADER)
 
 
 class WorkflowListView(WorkflowAPIView):
@@ -224,9 +202,24 @@ class InstanceBatchView(WorkflowAPIView):
 
 
 class InstanceDetailView(WorkflowAPIView):
-    @operation(operation_id="instances_retrieve", responses={200: s.InstanceSerializer, **errors(400, 401, 403, 404)})
+    @operation(
+        operation_id="instances_retrieve",
+        parameters=[OpenApiParameter("steps_page", int, required=False),
+                    OpenApiParameter("events_page", int, required=False),
+                    OpenApiParameter("per_page", int, required=False,
+                                     description=f"Steps and events a page (default {DETAIL_PAGE_SIZE}, at most 1000).")],
+        responses={200: s.InstanceSerializer, **errors(400, 401, 403, 404)},
+    )
     def get(self, request, name, instance_id):
-        return Response(describe_instance(self.instance_row(self.instance(name, instance_id))))
+        pages = {}
+        for parameter, default, high in (("steps_page", 1, 10**9), ("events_page", 1, 10**9),
+                                         ("per_page", DETAIL_PAGE_SIZE, 1000)):
+            raw = request.query_params.get(parameter)
+            if raw is not None and not _whole_number(raw, 1, high):
+                raise exceptions.WorkflowAPIError(
+                    f"{parameter} must be a whole number from 1 to {high}, got {raw[:100]!r}.", "invalid_page")
+            pages[parameter] = default if raw is None else int(raw)
+        return Response(describe_instance(self.instance_row(self.instance(name, instance_id)), **pages))
 
 
 class InstanceStatusView(WorkflowAPIView):
@@ -245,25 +238,39 @@ class InstanceStatusView(WorkflowAPIView):
 class InstanceEventView(WorkflowAPIView):
     required_permission = perms.SEND_EVENT
     delivery: str | None = None
+    channel = declared_events.API
 
     def sender(self, request) -> str:
         return audit.user_sender("api", request.user)
 
+    def sending_user(self, request):
+        return request.user
+
     @operation(operation_id="instances_send_event", request={"application/json": {}},
-                   responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
+                   parameters=[IDEMPOTENCY_PARAMETER],
+                   responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415, 429)})
     def post(self, request, name, instance_id, event_type):
         handle = self.instance(name, instance_id)
         validate_event_type(event_type)
+        declared_events.authorize(name, event_type, self.channel, self.sending_user(request))
         payload = self.json_body(request, required=False)
-        handle.send_event(type=event_type, payload=payload, sender=self.sender(request), delivery=self.delivery)
-        return Response({"accepted": True, "instance": instance_summary(self.instance_row(handle)),
+        event_id = handle.send_event(type=event_type, payload=payload, sender=self.sender(request),
+                                     delivery=self.delivery, idempotency_key=idempotency_key(request))
+        return Response({"accepted": True, "event_id": event_id, "instance": instance_summary(self.instance_row(handle)),
                          "type": event_type}, status=http.HTTP_202_ACCEPTED)
+
+
+_UNGUESSABLE_SECRET = secrets.token_hex(32)
 
 
 class WebhookView(InstanceEventView):
     """Events from senders that sign the body instead of authenticating (see django_workflows.webhooks)."""
 
     authentication_classes: list = []
+    channel = declared_events.WEBHOOK
+
+    def sending_user(self, request):
+        return None
 
     def get_authenticators(self):
         return []
@@ -278,20 +285,21 @@ class WebhookView(InstanceEventView):
 
     @operation(operation_id="instances_webhook", request={"application/json": {}}, auth=[],
                    parameters=[OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True,
-                                                description="t=<unix time>,v1=<hex HMAC-SHA256 of 't.body'>")],
-                   responses={202: s.EventAcceptedSerializer, **errors(400, 401, 404, 409, 413, 415)})
+                                                description="t=<unix time>,v1=<hex HMAC-SHA256 of 't.body', or "
+                                                            "of 't.key.body' with an Idempotency-Key>"),
+                               IDEMPOTENCY_PARAMETER],
+                   responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415, 429)})
     def post(self, request, name, instance_id, event_type):
-        secret = workflow_settings.WEBHOOK_SECRETS.get(name)
-        if not secret:
-            raise exceptions.NotFound(f"Workflow {name!r} takes no webhooks: no secret in WEBHOOK_SECRETS.",
-                                      "webhook_not_configured")
+        # A workflow without a secret (or no workflow at all) answers as a wrong signature does, so an
+        # unauthenticated sender learns neither which workflows exist nor which take webhooks.
+        secret = workflow_settings.WEBHOOK_SECRETS.get(name) or _UNGUESSABLE_SECRET
         try:
             body = request.body
         except RequestDataTooBig:
             raise exceptions.PayloadTooLarge("The request body is over the server's upload limit.") from None
         try:
             digest = verify(secret, body, request.headers.get(SIGNATURE_HEADER),
-                            workflow_settings.WEBHOOK_TOLERANCE_SECONDS)
+                            workflow_settings.WEBHOOK_TOLERANCE_SECONDS, idempotency_key=idempotency_key(request))
         except SignatureError as exc:
             raise exceptions.BadSignature(str(exc)) from None
         self.delivery = delivery_id(digest)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+
+logger = logging.getLogger("django_workflows.executors")
 
 _lock = threading.Lock()
 _executor = None
@@ -35,9 +38,19 @@ def enqueue(instance_pk: int) -> None:
     if executor.enqueues_in_transaction:
         executor.enqueue_replay(instance_pk)
     else:
-        transaction.on_commit(
-            lambda: executor.enqueue_replay(instance_pk), using=router.db_for_write(Instance)
-        )
+        transaction.on_commit(lambda: _push(executor, instance_pk), using=router.db_for_write(Instance))
+
+
+def _push(executor, instance_pk: int) -> None:
+    # After the commit: the instance is already queued in the database, and the sender's event or
+    # change is stored. A broker that cannot take the task now (Redis restarting) must not turn that
+    # into an error for the sender, whose retry would store the event twice: the sweeper queues every
+    # instance left queued without a replay again (REDISPATCH_SECONDS).
+    try:
+        executor.enqueue_replay(instance_pk)
+    except Exception as exc:
+        logger.warning("could not enqueue a replay of instance %s (%s: %s); the sweeper will queue it again",
+                       instance_pk, type(exc).__name__, exc)
 
 
 def reset() -> None:

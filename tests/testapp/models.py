@@ -8,6 +8,10 @@ class SideEffect(models.Model):
     name = models.CharField(max_length=200, unique=True)
     count = models.PositiveIntegerField(default=0)
 
+    class Meta:
+        # The permission the Refund workflow declares for its manager-approval event.
+        permissions = [("approve_refund", "Can approve refunds")]
+
     @classmethod
     def bump(cls, name: str) -> int:
         cls.objects.get_or_create(name=name)

@@ -97,6 +97,34 @@ class Approval(WorkflowEntrypoint):
                 "at": decision.timestamp.isoformat()}
 
 
+class Refund(WorkflowEntrypoint):
+    """Declared events: a manager approves (with a permission of their own), the provider confirms
+    the settlement by a signed webhook, and anyone allowed to send events may add a note."""
+
+    events = {
+        "manager-approval": {
+            "permission": "testapp.approve_refund",
+            "approval": True,
+            "schema": {"type": "object", "required": ["outcome"], "additionalProperties": False,
+                       "properties": {"outcome": {"enum": ["approved", "rejected"]},
+                                      "comment": {"type": "string", "maxLength": 500}}},
+        },
+        "refund-settled": {
+            "webhook": True,
+            "schema": {"type": "object", "required": ["amount"],
+                       "properties": {"amount": {"type": "number", "minimum": 0}}},
+        },
+        "note": {},
+    }
+
+    def run(self, event, step):
+        decision = step.wait_for_event("approval", "manager-approval", timeout="72 hours")
+        if decision.payload["outcome"] != "approved":
+            return {"refunded": False}
+        settled = step.wait_for_event("settlement", "refund-settled", timeout="72 hours")
+        return {"refunded": True, "amount": settled.payload["amount"]}
+
+
 class Race(WorkflowEntrypoint):
     def run(self, event, step):
         first = step.wait_for_event("payment", ["payment-success", "payment-failure"], timeout="4 hours")

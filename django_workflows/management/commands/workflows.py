@@ -9,7 +9,7 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import cli, workflows
+from django_workflows import audit, cli, declared_events, workflows
 from django_workflows.describe import describe_instance, describe_workflow, instance_summary, status_counts
 from django_workflows.errors import WorkflowError
 from django_workflows.models import Instance, InstanceStatus
@@ -72,6 +72,9 @@ class Command(BaseCommand):
         event.add_argument("--type", dest="event_type", metavar="TYPE", required=True, help="The event type.")
         event.add_argument("--payload", metavar="JSON", type=cli.json_argument, default=None,
                            help="The event's payload, as JSON (default: null).")
+        event.add_argument("--user", metavar="USERNAME", default=None,
+                           help="Send as this Django user, who needs the send_event permission and the "
+                                "event type's declared permission (required for a type that declares one).")
 
         for action, (_, text) in TRANSITIONS.items():
             transition = actions.add_parser(action, parents=[output], help=text)
@@ -147,7 +150,9 @@ class Command(BaseCommand):
     def instances_send_event(self, options):
         handle = cli.find_handle(options["name"], options["instance_id"])
         event_type = options["event_type"]
-        sender = cli.cli_sender()
+        user = cli.find_user(options["user"]) if options["user"] else None
+        sender = audit.user_sender("cli", user) if user else cli.cli_sender()
+        declared_events.authorize(handle.workflow_name, event_type, declared_events.CLI, user)
         handle.send_event(type=event_type, payload=options["payload"], sender=sender)
         summary = instance_summary(cli.instance_row(handle))
         text = f"Sent event {event_type!r} to {handle.workflow_name}/{handle.id}; it is {summary['status']}."

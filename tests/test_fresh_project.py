@@ -188,7 +188,8 @@ def test_the_readme_install_section_gives_a_working_project(project):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/workflows/schema/ui/", timeout=10) as page:
             assert "<title>django-workflows API" in page.read().decode()
         request = urllib.request.Request(f"http://127.0.0.1:{port}/workflows/schema/",
-                                         headers={"Accept": "application/vnd.oai.openapi+json"})
+                                         headers={"Accept": "application/vnd.oai.openapi+json",
+                                                  "Authorization": f"Token {token}"})
         with urllib.request.urlopen(request, timeout=30) as response:
             info = json.loads(response.read())["info"]
         assert info["title"] == "django-workflows API" and info["version"] != "0.0.0"

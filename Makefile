@@ -38,6 +38,8 @@ test-sqlite: $(VENV)/.installed
 	@echo "== about 4 minutes on SQLite, then as long on PostgreSQL when it is reachable"
 	$(TEST_ENV) $(PY) -m django check --fail-level WARNING
 	$(TEST_ENV) $(PY) -m django makemigrations --check --dry-run
+	@echo "== the package's layers (pyproject.toml, [tool.importlinter])"
+	$(VENV)/bin/lint-imports
 	@echo "== pytest on SQLite"
 	$(PY) -m pytest
 

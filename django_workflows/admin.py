@@ -17,7 +17,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, F, OuterRef, Q, Subquery
+from django.db.models import Count, F, Q
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -27,15 +27,16 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.timezone import localtime
 
 from django_workflows import audit, clock, declared_events
+from django_workflows.approvals import approval_awaited, awaiting_approval, decision_refused
 from django_workflows.definition import registry
 from django_workflows.describe import describe_event, describe_step, describe_workflow, status_counts
 from django_workflows.diagram import diagram_for
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.drawing.timeline import human_duration, render_timeline, when
-from django_workflows.errors import EventRefused, InvalidTransition, WorkflowError, WorkflowNotFound
+from django_workflows.errors import InvalidTransition, WorkflowError, WorkflowNotFound
 from django_workflows.instances import ACTIVE_STATUSES, InstanceHandle
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
-from django_workflows.templatetags.workflows_admin import readable_json
+from django_workflows.templatetags.workflows_admin import readable_json, status_badge_html
 
 STEPS_PER_PAGE = 50
 APPROVALS_PER_PAGE = 50
@@ -71,11 +72,6 @@ STEERING = {
 }
 
 
-def status_badge_html(status: str):
-    label = InstanceStatus(status).label if status in InstanceStatus.values else status
-    return format_html('<span class="dw-badge dw-status-{}">{}</span>', status, label.lower())
-
-
 def _moment(value):
     """A timestamp as the list shows it: compact, sortable, in the current time zone."""
     if value is None:
@@ -99,46 +95,6 @@ def refuse_nul(request) -> None:
 def handle_for(instance: Instance) -> InstanceHandle:
     # from_row, not workflows.get(): an instance of a workflow no longer defined can still be steered.
     return InstanceHandle.from_row(instance.workflow_name, instance.instance_id, instance.pk)
-
-
-def approvals_of(workflow_name: str) -> frozenset[str]:
-    """The event types a person sends for a workflow by approving or rejecting: those its ``events``
-    declare ``approval``, and those its ``approvals`` names. None for a workflow no longer defined:
-    nothing says which of its waits are for a person."""
-    return declared_events.approval_types(workflow_name)
-
-
-def approval_awaited(instance: Instance) -> str | None:
-    """The event type a decision sends to ``instance``: the first type its wait names that its
-    workflow declares in ``approvals``. None when it waits for no such event (a webhook, a timer)."""
-    if instance.status != InstanceStatus.WAITING or not instance.waiting_for:
-        return None
-    declared = approvals_of(instance.workflow_name)
-    return next((event_type for event_type in instance.waiting_for if event_type in declared), None)
-
-
-def decision_refused(request, instance: Instance, event_type: str | None) -> str | None:
-    """Why this user may not approve or reject (the event type's declared permission); None if they may."""
-    if event_type is None:
-        return None
-    try:
-        declared_events.authorize(instance.workflow_name, event_type, declared_events.ADMIN, request.user)
-    except EventRefused as exc:
-        return str(exc)
-    return None
-
-
-def awaiting_approval():
-    """Instances whose wait is for a person: for an event type their workflow declares in
-    ``approvals``. Oldest wait first, with when the wait began."""
-    wait_began = Step.objects.filter(instance_id=OuterRef("pk"), key=OuterRef("current_step")).values(
-        "started_at"
-    )[:1]
-    return (
-        Instance.objects.waiting_for_any({name: approvals_of(name) for name in registry.names()})
-        .annotate(waiting_since=Subquery(wait_began))
-        .order_by(F("waiting_since").asc(nulls_last=True), "created_at", "id")
-    )
 
 
 class DecisionForm(forms.Form):
@@ -460,7 +416,7 @@ class InstanceAdmin(admin.ModelAdmin):
             "consumed_events": consumed,
             "steering": steering,
             "awaiting": awaiting,
-            "decision_refused": decision_refused(request, instance, awaiting),
+            "decision_refused": decision_refused(request.user, instance, awaiting),
             "waiting_since": waiting_since,
             "can_send_events": self.can_send_events(request),
             "send_event_form": SendEventForm(
@@ -618,7 +574,7 @@ class InstanceAdmin(admin.ModelAdmin):
             {
                 "instance": instance,
                 "awaiting": approval_awaited(instance),
-                "refused": decision_refused(request, instance, approval_awaited(instance)),
+                "refused": decision_refused(request.user, instance, approval_awaited(instance)),
                 "waiting_for": instance.waiting_for,
                 "url": reverse("admin:django_workflows_instance_change", args=[instance.pk]),
                 "decide_url": reverse("admin:django_workflows_instance_decide", args=[instance.pk]),

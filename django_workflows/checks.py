@@ -9,22 +9,14 @@ from django.db.models import Count
 
 from django_workflows import declared_events
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
-from django_workflows.definition import WORKFLOW_NAME_PATTERN, WorkflowEntrypoint, is_async, registry
-from django_workflows.engine import validate_event_type
-from django_workflows.errors import InvalidEvent, WorkflowConfigError
+from django_workflows.definition import WorkflowEntrypoint, is_async, registry
+from django_workflows.errors import WorkflowConfigError
 from django_workflows.policy import validate_config
+from django_workflows.validation import is_event_type, is_workflow_name
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS", "LEASE_SECONDS",
                  "POISON_LIMIT", "WAKE_BATCH", "RETENTION_BATCH", "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
 INTERVAL_SETTINGS = ("WAKE_INTERVAL", "SWEEP_INTERVAL", "IDLE_RECHECK_SECONDS")
-
-
-def _event_type(value) -> bool:
-    try:
-        validate_event_type(value)
-    except InvalidEvent:
-        return False
-    return True
 
 
 def _positive_int(value) -> bool:
@@ -147,7 +139,7 @@ def check_workflows(app_configs=None, **kwargs):
                 hint="Lower it, or split the work across several instances.",
                 id="django_workflows.E005",
             ))
-        if not isinstance(cls.name, str) or not WORKFLOW_NAME_PATTERN.match(cls.name):
+        if not isinstance(cls.name, str) or not is_workflow_name(cls.name):
             messages.append(Error(
                 f"{where}.name must be 1 to 64 letters, digits, '_' or '-', not starting with '-' (it is part "
                 f"of the API's URLs and of every instance), got {cls.name!r}.",
@@ -164,7 +156,7 @@ def check_workflows(app_configs=None, **kwargs):
             ))
         approvals = cls.approvals
         types = [approvals] if isinstance(approvals, str) else approvals
-        if not isinstance(types, (list, tuple, set, frozenset)) or not all(_event_type(t) for t in types):
+        if not isinstance(types, (list, tuple, set, frozenset)) or not all(is_event_type(t) for t in types):
             messages.append(Error(
                 f"{where}.approvals must name event types (letters, digits, '-' and '_'), got {approvals!r}.",
                 hint="Name the event types staff approve or reject in the admin, e.g. "

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from django_workflows import audit, workflows
 from django_workflows.conf import workflow_settings
 from django_workflows.errors import InstanceNotFound
-from django_workflows.instances import validate_instance_id
 from django_workflows.models import Instance
+from django_workflows.validation import validate_instance_id
 
 LATEST = "latest"
 MAX_CELL = 60

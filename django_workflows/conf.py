@@ -111,9 +111,6 @@ class WorkflowSettings:
 
     def reload(self) -> None:
         self._cache.clear()
-        from django_workflows import executors
-
-        executors.reset()
 
 
 workflow_settings = WorkflowSettings()
@@ -122,11 +119,6 @@ workflow_settings = WorkflowSettings()
 def _reload(*, setting, **kwargs):
     if setting == "DJANGO_WORKFLOWS":
         workflow_settings.reload()
-    elif setting == "Q_CLUSTER":
-        # The django-q2 executor checks its broker when it is built.
-        from django_workflows import executors
-
-        executors.reset()
 
 
 setting_changed.connect(_reload)

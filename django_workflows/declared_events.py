@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django_workflows.errors import EventRefused, InvalidEvent, WorkflowNotFound
+from django_workflows.errors import (
+    EventPermissionRequired,
+    InvalidEventType,
+    InvalidPayload,
+    NotAWebhook,
+    WebhookOnly,
+    WorkflowNotFound,
+)
+from django_workflows.validation import MAX_EVENT_TYPE, is_event_type
 
 # The channels an event arrives through.
 API, WEBHOOK, ADMIN, CLI = "api", "webhook", "admin", "cli"
@@ -51,8 +59,6 @@ class EventRule:
 
 def declaration_problems(cls) -> list[str]:
     """What is wrong with ``cls.events``, for the system check; empty when it is right or absent."""
-    from django_workflows.engine import EVENT_TYPE_PATTERN, MAX_EVENT_TYPE
-
     declared = getattr(cls, "events", None)
     if declared is None:
         return []
@@ -60,8 +66,7 @@ def declaration_problems(cls) -> list[str]:
         return [f"events must be a dict of event type to its rules, got {type(declared).__name__}"]
     problems = []
     for event_type, rules in declared.items():
-        if (not isinstance(event_type, str) or not EVENT_TYPE_PATTERN.fullmatch(event_type)
-                or len(event_type) > MAX_EVENT_TYPE):
+        if not is_event_type(event_type):
             problems.append(f"{event_type!r} is not an event type (1 to {MAX_EVENT_TYPE} letters, digits, "
                             "'-' and '_', not starting with '-')")
             continue
@@ -154,7 +159,7 @@ def check_arrival(workflow_name: str, event_type: str, payload: Any) -> EventRul
     rule = rules.get(event_type)
     if rule is None:
         accepted = ", ".join(sorted(rules)) or "none"
-        raise InvalidEvent(
+        raise InvalidEventType(
             f"Workflow {workflow_name!r} does not declare event type {event_type!r}; it accepts: {accepted}.",
             event_type=event_type,
         )
@@ -162,7 +167,7 @@ def check_arrival(workflow_name: str, event_type: str, payload: Any) -> EventRul
         error = _first_schema_error(rule, payload)
         if error is not None:
             path, message = error
-            raise InvalidEvent(
+            raise InvalidPayload(
                 f"The payload of event {event_type!r} does not match its schema at {path}: {message}. "
                 "Nothing was stored.",
                 payload_path=path,
@@ -205,29 +210,29 @@ def authorize(workflow_name: str, event_type: str, channel: str, user=None) -> N
     rule = rules[event_type]
     if channel == WEBHOOK:
         if not rule.webhook:
-            raise EventRefused(
+            raise NotAWebhook(
                 f"Event type {event_type!r} is not declared as a webhook ('webhook': True), so a signed "
                 "delivery cannot send it; a person sends it through the API or the admin.",
-                event_type=event_type, reason="not_a_webhook",
+                event_type=event_type,
             )
         return
     if rule.webhook:
-        raise EventRefused(
+        raise WebhookOnly(
             f"Event type {event_type!r} is webhook-only: it is accepted only signed, at the webhook endpoint, "
             f"not through {PEOPLE.get(channel, channel)}.",
-            event_type=event_type, reason="webhook_only",
+            event_type=event_type,
         )
     if rule.permission is None:
         return
     if user is None:
-        raise EventRefused(
+        raise EventPermissionRequired(
             f"Event type {event_type!r} needs the permission {rule.permission!r}: name the user who sends "
             "it (--user NAME on the command line).",
-            event_type=event_type, reason="event_permission", permission=rule.permission,
+            event_type=event_type, permission=rule.permission,
         )
     if not user.has_perm(rule.permission):
-        raise EventRefused(
+        raise EventPermissionRequired(
             f"Sending event {event_type!r} needs the permission {rule.permission!r}, which "
             f"{user.get_username() or 'this user'!r} does not have.",
-            event_type=event_type, reason="event_permission", permission=rule.permission,
+            event_type=event_type, permission=rule.permission,
         )

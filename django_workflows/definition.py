@@ -68,10 +68,6 @@ class WorkflowEntrypoint:
         raise NotImplementedError(f"{type(self).__name__} must implement run(self, event, step)")
 
 
-# A workflow's name is part of the API's URLs and of every instance: the instance-id rule, shorter.
-WORKFLOW_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_-]{0,63}$")
-
-
 def is_async(cls) -> bool:
     """Whether ``run()`` is a coroutine (or async generator) function, which workflows do not support."""
     run = getattr(cls, "run", None)

@@ -11,7 +11,6 @@ records why and until when, releases the lease, and the worker is free.
 from __future__ import annotations
 
 import importlib
-import re
 import time
 import traceback
 from datetime import UTC, datetime, timedelta
@@ -53,11 +52,9 @@ from django_workflows.store.journal import (
     load,
 )
 from django_workflows.timeouts import AttemptTimedOut, call_with_timeout
+from django_workflows.validation import validate_event_type, validate_step_name
 
-MAX_STEP_NAME = 256
-MAX_EVENT_TYPE = 100
 MAX_WAIT = timedelta(days=365)
-EVENT_TYPE_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9-_]*$")
 
 _ZERO = timedelta(0)
 # After a StoreError: when the wake-up loop replays the instance again, and the pauses between the
@@ -80,16 +77,6 @@ class Suspend(BaseException):
         self.wake_at = wake_at
         self.waiting_for = waiting_for
         self.pause = pause
-
-
-def validate_event_type(value) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_EVENT_TYPE or not EVENT_TYPE_PATTERN.fullmatch(value):
-        raise InvalidEvent(
-            f"Invalid event type {value!r}: use 1 to {MAX_EVENT_TYPE} characters of letters, digits, '-' "
-            "and '_', not starting with '-'.",
-            event_type=value,
-        )
-    return value
 
 
 # -- errors in the journal ------------------------------------------------------------------------
@@ -147,7 +134,7 @@ class WorkflowStep:
         """Run ``fn`` as a durable step named ``name``, or, without ``fn``, decorate a function
         so that calling it runs the step: ``@step.do("charge")``."""
         if fn is None:
-            _check_name(name)
+            validate_step_name(name)
 
             def decorator(func):
                 def run_step(*args, **kwargs):
@@ -172,20 +159,6 @@ class WorkflowStep:
     def wait_for_event(self, name: str, type, timeout="24 hours") -> WorkflowStepEvent:  # noqa: A002
         """Wait for an event of ``type`` (or of any type in a list), up to ``timeout``."""
         return self._replay.call(self._replay.wait_for_event, name, type, timeout)
-
-
-def _check_name(name) -> str:
-    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
-        raise InvalidStepInput(
-            f"A step name must be a string of 1 to {MAX_STEP_NAME} characters, got {name!r}"
-            + (" (write @step.do('name'), with the name in parentheses)" if callable(name) else "")
-        )
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InvalidStepInput(
-            f"A step name may not hold control characters (tab, newline...), got {name!r}: the name is "
-            "the step's identity in the journal, the admin and the API"
-        )
-    return name
 
 
 _default_policy: tuple[dict, StepPolicy] | None = None
@@ -405,7 +378,7 @@ class Replay:
             raise
 
     def next_key(self, name) -> str:
-        _check_name(name)
+        validate_step_name(name)
         if self.fatal is not None:
             raise self.fatal
         if len(self.writer.connection.atomic_blocks) > self.atomic_depth:

@@ -10,7 +10,14 @@ from django.core.exceptions import ImproperlyConfigured
 
 
 class WorkflowError(Exception):
-    """The root of every error raised by django_workflows."""
+    """The root of every error raised by django_workflows.
+
+    ``code`` and ``http_status`` are what the API answers when the error reaches it: each class
+    carries its own, so every surface reports an error the same way.
+    """
+
+    code = "invalid"
+    http_status = 400
 
     def __init__(self, message: str, **context):
         super().__init__(message)
@@ -73,41 +80,113 @@ class StepLimitExceeded(WorkflowError):
 class WorkflowNotFound(WorkflowError, LookupError):
     """No workflow with that name is registered."""
 
+    code, http_status = "workflow_not_found", 404
+
 
 class InstanceNotFound(WorkflowError, LookupError):
     """No instance with that id exists for that workflow."""
+
+    code, http_status = "instance_not_found", 404
 
 
 class InstanceAlreadyExists(WorkflowError):
     """An instance with that id already exists for that workflow."""
 
+    code, http_status = "instance_exists", 409
+
 
 class InvalidTransition(WorkflowError):
     """The instance's status does not allow the requested change."""
+
+    code, http_status = "transition_not_allowed", 409
+
+
+class InstanceFinished(InvalidTransition):
+    """An event was sent to an instance that has finished and will never wait again."""
+
+    code = "instance_finished"
 
 
 class InvalidEvent(WorkflowError, ValueError):
     """An event's type or payload is not acceptable."""
 
+    code = "invalid_event"
+
+
+class InvalidEventType(InvalidEvent):
+    """Not an event type, or one the workflow does not declare."""
+
+    code = "invalid_event_type"
+
+
+class InvalidPayload(InvalidEvent):
+    """A payload its event type's declared schema refuses."""
+
+    code = "invalid_payload"
+
+
+class InvalidIdempotencyKey(InvalidEvent):
+    code = "invalid_idempotency_key"
+
+
+class EventTooLarge(InvalidEvent):
+    code, http_status = "payload_too_large", 413
+
 
 class EventRefused(WorkflowError, PermissionError):
     """The workflow's declared events do not let this sender send this type through this channel."""
+
+    code, http_status = "event_refused", 403
+
+
+class EventPermissionRequired(EventRefused):
+    """The type declares a permission the sender does not hold (or no user was named)."""
+
+    code = "event_permission"
+
+
+class WebhookOnly(EventRefused):
+    """The type is declared webhook-only, and a person sent it."""
+
+    code = "webhook_only"
+
+
+class NotAWebhook(EventRefused):
+    """A signed delivery sent a type not declared as a webhook."""
+
+    code = "not_a_webhook"
 
 
 class DuplicateDelivery(WorkflowError):
     """A signed webhook delivery that was already received: the same signature, posted again."""
 
+    code, http_status = "duplicate_delivery", 409
+
 
 class IdempotencyKeyReused(WorkflowError):
     """An idempotency key already stored another event (another type or payload) on the instance."""
+
+    code, http_status = "idempotency_key_reused", 409
 
 
 class InboxFull(WorkflowError):
     """The instance's inbox holds ``MAX_PENDING_EVENTS`` unconsumed events: no more are stored."""
 
+    code, http_status = "inbox_full", 429
+
 
 class InvalidParams(WorkflowError, ValueError):
     """An instance id or params are not acceptable."""
+
+    code = "invalid_params"
+
+
+class InvalidInstanceId(InvalidParams):
+    code = "invalid_id"
+
+
+class ParamsTooLarge(InvalidParams):
+    code, http_status = "payload_too_large", 413
 
 
 class PoisonInstance(WorkflowError):

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from typing import Any
 
@@ -17,46 +16,37 @@ from django.db import IntegrityError
 from django_workflows import clock, declared_events
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
-from django_workflows.engine import validate_event_type
 from django_workflows.errors import (
     DuplicateDelivery,
+    EventTooLarge,
     IdempotencyKeyReused,
     InboxFull,
     InstanceAlreadyExists,
+    InstanceFinished,
     InstanceNotFound,
     InvalidEvent,
     InvalidParams,
     InvalidTransition,
+    ParamsTooLarge,
 )
 from django_workflows.models import FINISHED_STATUSES, Instance, InstanceStatus
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import inbox, steering
 from django_workflows.store.steering import ACTIVE_STATUSES
+from django_workflows.validation import validate_event_type, validate_idempotency_key, validate_instance_id
 
-MAX_INSTANCE_ID = 100
 MAX_BATCH = 100
-INSTANCE_ID_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9-_]*$")
 
 
-def validate_instance_id(value) -> str:
-    if (
-        not isinstance(value, str)
-        or not value
-        or len(value) > MAX_INSTANCE_ID
-        or not INSTANCE_ID_PATTERN.fullmatch(value)  # match() would let a trailing newline through
-    ):
-        raise InvalidParams(
-            f"Invalid instance id {value!r}: use 1 to {MAX_INSTANCE_ID} characters of letters, digits, '-' "
-            "and '_', not starting with '-'.",
-            instance_id=value,
-        )
-    return value
+_TOO_LARGE = {InvalidParams: ParamsTooLarge, InvalidEvent: EventTooLarge}
 
 
 def _check_json(value, limit: int, what: str, error_class) -> None:
     try:
         encode(value, limit)
     except NotJournalable as exc:
+        if exc.too_large:
+            error_class = _TOO_LARGE[error_class]
         raise error_class(f"{what} {exc}", too_large=exc.too_large) from None
 
 
@@ -260,24 +250,12 @@ class InstanceHandle:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
         if status in FINISHED_STATUSES:
-            raise InvalidTransition(
+            raise InstanceFinished(
                 f"Cannot send event {type!r} to instance {self.workflow_name}/{self.id}: it is "
                 f"{status} and will not wait for events again.",
                 workflow=self.workflow_name, instance_id=self.id, status=status, action="send_event",
             )
         return event_id
-
-
-MAX_IDEMPOTENCY_KEY = 255
-
-
-def validate_idempotency_key(key) -> str:
-    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
-        raise InvalidEvent(
-            f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters, got {str(key)[:100]!r}.",
-            idempotency_key=str(key)[:100],
-        )
-    return key
 
 
 class Workflows:

@@ -24,14 +24,6 @@ class NotFound(WorkflowAPIError):
     status_code, default_code = status.HTTP_404_NOT_FOUND, "not_found"
 
 
-class Forbidden(WorkflowAPIError):
-    status_code, default_code = status.HTTP_403_FORBIDDEN, "permission_denied"
-
-
-class Conflict(WorkflowAPIError):
-    status_code, default_code = status.HTTP_409_CONFLICT, "conflict"
-
-
 class PayloadTooLarge(WorkflowAPIError):
     status_code, default_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "payload_too_large"
 
@@ -44,10 +36,6 @@ class UnsupportedMediaType(WorkflowAPIError):
     status_code, default_code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"
 
 
-class TooManyRequests(WorkflowAPIError):
-    status_code, default_code = status.HTTP_429_TOO_MANY_REQUESTS, "too_many_requests"
-
-
 class DatabaseUnavailable(WorkflowAPIError):
     status_code, default_code = status.HTTP_503_SERVICE_UNAVAILABLE, "database_unavailable"
 
@@ -57,37 +45,11 @@ class BadSignature(WorkflowAPIError):
 
 
 def from_engine(exc: errors.WorkflowError) -> WorkflowAPIError:
-    """The API error for an engine error; its message is the engine's, which says what to do."""
-    message = str(exc)
-    if isinstance(exc, errors.WorkflowNotFound):
-        return NotFound(message, "workflow_not_found")
-    if isinstance(exc, errors.InstanceNotFound):
-        return NotFound(message, "instance_not_found")
-    if isinstance(exc, errors.InstanceAlreadyExists):
-        return Conflict(message, "instance_exists")
-    if isinstance(exc, errors.InboxFull):
-        return TooManyRequests(message, "inbox_full")
-    if isinstance(exc, errors.IdempotencyKeyReused):
-        return Conflict(message, "idempotency_key_reused")
-    if isinstance(exc, errors.DuplicateDelivery):
-        return Conflict(message, "duplicate_delivery")
-    if isinstance(exc, errors.InvalidTransition):
-        if getattr(exc, "action", None) == "send_event":
-            return Conflict(message, "instance_finished")
-        return Conflict(message, "transition_not_allowed")
-    if getattr(exc, "too_large", False):
-        return PayloadTooLarge(message)
-    if isinstance(exc, errors.EventRefused):
-        return Forbidden(message, exc.reason)
-    if isinstance(exc, errors.InvalidEvent):
-        if hasattr(exc, "idempotency_key"):
-            return WorkflowAPIError(message, "invalid_idempotency_key")
-        if hasattr(exc, "payload_path"):
-            return WorkflowAPIError(message, "invalid_payload")
-        return WorkflowAPIError(message, "invalid_event_type" if hasattr(exc, "event_type") else "invalid_event")
-    if isinstance(exc, errors.InvalidParams):
-        return WorkflowAPIError(message, "invalid_id" if hasattr(exc, "instance_id") else "invalid_params")
-    return WorkflowAPIError(message, "invalid")
+    """The API error for an engine error: its class's code and status, and the engine's message, which
+    says what to do."""
+    api_error = WorkflowAPIError(str(exc), exc.code)
+    api_error.status_code = exc.http_status
+    return api_error
 
 
 def _code(detail) -> str:

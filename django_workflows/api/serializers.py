@@ -2,7 +2,8 @@
 
 from rest_framework import serializers
 
-from django_workflows.instances import MAX_BATCH, MAX_INSTANCE_ID
+from django_workflows.instances import MAX_BATCH
+from django_workflows.validation import MAX_INSTANCE_ID
 
 STATUS_ACTIONS = ("pause", "resume", "terminate", "restart")
 

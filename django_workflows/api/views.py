@@ -25,9 +25,8 @@ from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
-from django_workflows.engine import validate_event_type
-from django_workflows.instances import validate_instance_id
 from django_workflows.models import Instance, InstanceStatus
+from django_workflows.validation import validate_event_type, validate_instance_id
 from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {

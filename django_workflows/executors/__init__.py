@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from django.core.signals import setting_changed
+
 logger = logging.getLogger("django_workflows.executors")
 
 _lock = threading.Lock()
@@ -58,6 +60,15 @@ def reset() -> None:
     global _executor
     with _lock:
         _executor = None
+
+
+def _settings_changed(*, setting, **kwargs):
+    # The executor is built from DJANGO_WORKFLOWS, and the django-q2 one checks its broker when built.
+    if setting in ("DJANGO_WORKFLOWS", "Q_CLUSTER"):
+        reset()
+
+
+setting_changed.connect(_settings_changed)
 
 
 def push_override(executor) -> None:

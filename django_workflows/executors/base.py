@@ -6,6 +6,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
 from django.core.checks import CheckMessage
+from django.utils.module_loading import import_string
+
+# The tasks, by name: an executor runs them without importing the engine, which imports the store,
+# which calls the executor to enqueue.
+REPLAY_TASK = "django_workflows.tasks.run_replay"
+PROBE_TASK = "django_workflows.tasks.answer_probe"
+
+
+def run_task(name: str, *args) -> None:
+    import_string(name)(*args)
 
 
 class BaseExecutor(ABC):

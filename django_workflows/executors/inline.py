@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
-from django_workflows.executors.base import BaseExecutor
+from django_workflows.executors.base import REPLAY_TASK, BaseExecutor, run_task
 
 
 class InlineExecutor(BaseExecutor):
@@ -42,22 +42,19 @@ class InlineExecutor(BaseExecutor):
 
     def drain(self) -> int:
         """Run every queued replay; return how many ran."""
-        from django_workflows.engine import replay
-
         queue, ran = self._queue(), 0
         while queue:
-            replay(queue.popleft())
+            run_task(REPLAY_TASK, queue.popleft())
             ran += 1
         return ran
 
     def run_due(self) -> int:
         """Run every instance whose wake time has passed; return how many replays ran."""
         from django_workflows import clock
-        from django_workflows.engine import replay
         from django_workflows.models import Instance
 
         ran = 0
         for pk in Instance.objects.due(clock.now()).order_by("wake_at").values_list("pk", flat=True):
-            replay(pk)
+            run_task(REPLAY_TASK, pk)
             ran += 1
         return ran + self.drain()

@@ -18,11 +18,9 @@ from django.db import router
 
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.executors import q2_conf
-from django_workflows.executors.base import BaseExecutor
+from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, BaseExecutor, run_task
 from django_workflows.executors.q2_conf import ORM_BROKER, q_cluster
 
-REPLAY_TASK = "django_workflows.executors.q2.run_replay"
-PROBE_TASK = "django_workflows.executors.q2.answer_probe"
 TASK_GROUP = "django_workflows"
 
 
@@ -145,16 +143,11 @@ class DjangoQExecutor(BaseExecutor):
         return messages
 
 
-def run_replay(instance_pk: int) -> None:
-    """The django-q2 task: one replay of one instance."""
-    from django_workflows.engine import replay
+# Tasks queued before the upgrade that moved them to django_workflows.tasks name these.
 
-    replay(instance_pk)
+def run_replay(instance_pk: int) -> None:
+    run_task(REPLAY_TASK, instance_pk)
 
 
 def answer_probe(worker_id: str) -> None:
-    """The wedge probe: proves that the cluster still takes tasks from its queue."""
-    from django_workflows import clock
-    from django_workflows.models import WorkerHeartbeat
-
-    WorkerHeartbeat.objects.filter(worker_id=worker_id).update(probe_answered_at=clock.now())
+    run_task(PROBE_TASK, worker_id)

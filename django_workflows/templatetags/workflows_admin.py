@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 from django import template
+from django.utils.html import format_html
 
 from django_workflows.drawing.timeline import human_duration
+from django_workflows.models import InstanceStatus
 
 register = template.Library()
 
@@ -32,10 +34,13 @@ def readable_json(value, indent=None) -> str:
     return "(nested too deeply to show here; the API returns it whole)"
 
 
+def status_badge_html(status: str):
+    label = InstanceStatus(status).label if status in InstanceStatus.values else status
+    return format_html('<span class="dw-badge dw-status-{}">{}</span>', status, label.lower())
+
+
 @register.filter
 def status_badge(status: str):
-    from django_workflows.admin import status_badge_html
-
     return status_badge_html(status)
 
 
@@ -49,7 +54,7 @@ def duration_between(start, end) -> str:
 @register.inclusion_tag("django_workflows/admin/includes/app_links.html", takes_context=True)
 def workflows_admin_links(context):
     """The approval queue and the workflows' diagrams, for the app's admin index."""
-    from django_workflows.admin import awaiting_approval
+    from django_workflows.approvals import awaiting_approval
 
     user = context["request"].user
     can_view = user.has_perm("django_workflows.view_instance") or user.has_perm(

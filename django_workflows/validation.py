@@ -1,0 +1,82 @@
+"""The identifiers of the domain and their one rule: instance ids, event types, workflow names, step
+names, idempotency keys. Each is part of a URL, a journal key or an audit trail, so each is checked
+once, here, wherever it comes from (the API, the admin, the CLI, Python)."""
+
+from __future__ import annotations
+
+import re
+
+from django_workflows.errors import (
+    InvalidEventType,
+    InvalidIdempotencyKey,
+    InvalidInstanceId,
+    InvalidStepInput,
+)
+
+# Letters, digits, '-' and '_', not starting with '-': safe in a URL path and a shell argument.
+_IDENTIFIER = r"[a-zA-Z0-9_][a-zA-Z0-9_-]"
+
+MAX_INSTANCE_ID = 100
+INSTANCE_ID_PATTERN = re.compile(rf"^{_IDENTIFIER}*$")
+MAX_EVENT_TYPE = 100
+EVENT_TYPE_PATTERN = re.compile(rf"^{_IDENTIFIER}*$")
+# A workflow's name is part of the API's URLs and of every instance: the instance-id rule, shorter.
+WORKFLOW_NAME_PATTERN = re.compile(rf"^{_IDENTIFIER}{{0,63}}$")
+MAX_STEP_NAME = 256
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def _identifier(value, pattern: re.Pattern, limit: int) -> bool:
+    # fullmatch: match() would let a trailing newline through.
+    return isinstance(value, str) and 0 < len(value) <= limit and pattern.fullmatch(value) is not None
+
+
+def validate_instance_id(value) -> str:
+    if not _identifier(value, INSTANCE_ID_PATTERN, MAX_INSTANCE_ID):
+        raise InvalidInstanceId(
+            f"Invalid instance id {value!r}: use 1 to {MAX_INSTANCE_ID} characters of letters, digits, '-' "
+            "and '_', not starting with '-'.",
+            instance_id=value,
+        )
+    return value
+
+
+def is_event_type(value) -> bool:
+    return _identifier(value, EVENT_TYPE_PATTERN, MAX_EVENT_TYPE)
+
+
+def validate_event_type(value) -> str:
+    if not is_event_type(value):
+        raise InvalidEventType(
+            f"Invalid event type {value!r}: use 1 to {MAX_EVENT_TYPE} characters of letters, digits, '-' "
+            "and '_', not starting with '-'.",
+            event_type=value,
+        )
+    return value
+
+
+def is_workflow_name(value) -> bool:
+    return isinstance(value, str) and WORKFLOW_NAME_PATTERN.fullmatch(value) is not None
+
+
+def validate_step_name(name) -> str:
+    if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
+        raise InvalidStepInput(
+            f"A step name must be a string of 1 to {MAX_STEP_NAME} characters, got {name!r}"
+            + (" (write @step.do('name'), with the name in parentheses)" if callable(name) else "")
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidStepInput(
+            f"A step name may not hold control characters (tab, newline...), got {name!r}: the name is "
+            "the step's identity in the journal, the admin and the API"
+        )
+    return name
+
+
+def validate_idempotency_key(key) -> str:
+    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise InvalidIdempotencyKey(
+            f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters, got {str(key)[:100]!r}.",
+            idempotency_key=str(key)[:100],
+        )
+    return key

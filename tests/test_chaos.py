@@ -665,6 +665,13 @@ def timestamp(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
+# How far a journaled attempt's time may be from its body's own record. The journal's times are the
+# database's clock as the worker last read it (carried by its monotonic clock, off by up to half the
+# reading's round trip: milliseconds on a loaded machine); a body run is stamped with the process's own
+# clock (corrected by the skew it was given). Attempts of one step are at least a second apart.
+CLOCK_TOLERANCE = 0.05
+
+
 def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cuts: ConnectionKiller | None,
           log_dir: Path,
           postgres: bool) -> dict:
@@ -800,7 +807,7 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
         body_runs += len(found)
         matched = set()
         for start, end in windows:
-            inside = [r for r in found if start - 1e-3 <= r["at"] <= end + 1e-3]
+            inside = [r for r in found if start - CLOCK_TOLERANCE <= r["at"] <= end + CLOCK_TOLERANCE]
             if len(inside) != 1:
                 problems.append(f"{name}: step {key}'s attempt at {start:.3f} matches {len(inside)} "
                                 "body runs")

@@ -35,7 +35,7 @@ test: test-sqlite test-postgres
 
 test-sqlite: $(VENV)/.installed
 	@$(PY) -c "import django, sys; print(f'== Python {sys.version.split()[0]}, Django {django.get_version()}')"
-	@echo "== about 4 minutes on SQLite, then as long on PostgreSQL when it is reachable"
+	@echo "== about 8 minutes on SQLite, then 10 on PostgreSQL when it is reachable"
 	$(TEST_ENV) $(PY) -m django check --fail-level WARNING
 	$(TEST_ENV) $(PY) -m django makemigrations --check --dry-run
 	@echo "== the package's layers (pyproject.toml, [tool.importlinter])"

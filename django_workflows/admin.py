@@ -573,8 +573,8 @@ class InstanceAdmin(admin.ModelAdmin):
         rows = [
             {
                 "instance": instance,
-                "awaiting": approval_awaited(instance),
-                "refused": decision_refused(request.user, instance, approval_awaited(instance)),
+                "awaiting": (awaiting := approval_awaited(instance)),
+                "refused": decision_refused(request.user, instance, awaiting),
                 "waiting_for": instance.waiting_for,
                 "url": reverse("admin:django_workflows_instance_change", args=[instance.pk]),
                 "decide_url": reverse("admin:django_workflows_instance_decide", args=[instance.pk]),

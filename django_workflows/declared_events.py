@@ -27,7 +27,7 @@ A workflow without ``events`` keeps the open behaviour: any valid type, from any
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -55,6 +55,8 @@ class EventRule:
     schema: dict | None = None
     approval: bool = False
     webhook: bool = False
+    # The schema's validator, compiled once with the rules.
+    validator: Any = field(default=None, compare=False, repr=False)
 
 
 def declaration_problems(cls) -> list[str]:
@@ -111,18 +113,22 @@ def _schema_problems(event_type: str, schema) -> list[str]:
 
 
 @cache
-def _rules(cls) -> dict[str, EventRule] | None:
-    # Keyed by the class: a re-imported module defines a new one. Read only after the check passed, so
-    # anything it would have reported is skipped here rather than raised at a sender.
+def rules_for(cls) -> dict[str, EventRule] | None:
+    """A workflow class's declared events by type; None if it declares none.
+
+    Keyed by the class: a re-imported module defines a new one. Read only after the check passed, so
+    anything it would have reported is skipped here rather than raised at a sender."""
     declared = getattr(cls, "events", None)
     if not isinstance(declared, dict):
         return None
     rules = {}
     for event_type, given in declared.items():
         if isinstance(event_type, str) and isinstance(given, dict):
-            rules[event_type] = EventRule(event_type, permission=given.get("permission"),
-                                          schema=given.get("schema"), approval=given.get("approval") is True,
-                                          webhook=given.get("webhook") is True)
+            schema = given.get("schema")
+            rules[event_type] = EventRule(event_type, permission=given.get("permission"), schema=schema,
+                                          approval=given.get("approval") is True,
+                                          webhook=given.get("webhook") is True,
+                                          validator=_validator(schema) if schema is not None else None)
     return rules
 
 
@@ -131,7 +137,7 @@ def rules_of(workflow_name: str) -> dict[str, EventRule] | None:
     from django_workflows.definition import registry
 
     try:
-        return _rules(registry.get(workflow_name))
+        return rules_for(registry.get(workflow_name))
     except WorkflowNotFound:
         return None
 
@@ -147,7 +153,7 @@ def approval_types(workflow_name: str) -> frozenset[str]:
         return frozenset()
     named = cls.approvals
     types = set([named] if isinstance(named, str) else named)
-    types.update(rule.type for rule in (_rules(cls) or {}).values() if rule.approval)
+    types.update(rule.type for rule in (rules_for(cls) or {}).values() if rule.approval)
     return frozenset(types)
 
 
@@ -176,28 +182,16 @@ def check_arrival(workflow_name: str, event_type: str, payload: Any) -> EventRul
 
 
 def _first_schema_error(rule: EventRule, payload) -> tuple[str, str] | None:
-    validator = _validator(rule.type, _frozen(rule.schema))
-    error = next(iter(sorted(validator.iter_errors(payload), key=lambda e: list(map(str, e.path)))), None)
+    error = next(iter(sorted(rule.validator.iter_errors(payload), key=lambda e: list(map(str, e.path)))), None)
     if error is None:
         return None
     path = "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.path)
     return path, error.message[:500]
 
 
-def _frozen(schema):
-    # A hashable twin of the schema, for the validator's cache.
-    import json
-
-    return json.dumps(schema, sort_keys=True)
-
-
-@cache
-def _validator(event_type: str, schema_text: str):
-    import json
-
+def _validator(schema):
     from jsonschema import validators
 
-    schema = json.loads(schema_text)
     return validators.validator_for(schema)(schema)
 
 

@@ -223,6 +223,8 @@ class Replay:
         # The key of the step whose body is running: an interruption by its timeout may arrive
         # meanwhile, so the engine must not touch the journal until it returns.
         self.running_step: str | None = None
+        # The workflow's declared events by type (None: it accepts any type), read once per replay.
+        self.declared_events: dict | None = None
         self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
         # Wall-clock time just before the write that releases the lease, for replay_finished.
         self.released: float | None = None
@@ -270,6 +272,7 @@ class Replay:
             workflow_class = registry.get(instance.workflow_name)
         except WorkflowNotFound:
             return self.await_registration()
+        self.declared_events = declared_events.rules_for(workflow_class)
         if workflow_class.step_limit is not None:
             self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
@@ -597,22 +600,22 @@ class Replay:
             types = [validate_event_type(t) for t in types]
         except InvalidEvent as exc:
             raise InvalidStepInput(f"step.wait_for_event({name!r}): {exc}") from None
-        declared = declared_events.rules_of(self.instance.workflow_name)
-        if declared is not None and any(t not in declared for t in types):
-            # Nobody could ever send it: the wait would only run out its timeout.
-            self.fail_fatally(WorkflowConfigError(
-                f"step.wait_for_event({name!r}) waits for "
-                f"{', '.join(repr(t) for t in types if t not in declared)}, which workflow "
-                f"{self.instance.workflow_name!r} does not declare in its events; add it there, or "
-                "wait for a declared type.",
-                step=name,
-            ))
         delta = parse_duration(timeout, what=f"step.wait_for_event({name!r}) timeout")
         if delta > MAX_WAIT:
             raise InvalidStepInput(f"step.wait_for_event({name!r}): timeout {timeout!r} is longer than 365 days")
         key = self.next_key(name)
         entry = self.lookup(key, StepKind.WAIT)
         self.count_step(key, journaled=entry is not None)
+        undeclared = [t for t in types if self.declared_events is not None and t not in self.declared_events]
+        if undeclared and entry is None:
+            # Nobody could ever send it: the wait would only run out its timeout. A wait journaled
+            # before its type left the declaration goes on as it began.
+            self.fail_fatally(WorkflowConfigError(
+                f"step.wait_for_event({name!r}) waits for {', '.join(map(repr, undeclared))}, which workflow "
+                f"{self.instance.workflow_name!r} does not declare in its events; add it there, or "
+                "wait for a declared type.",
+                step=name,
+            ))
         if entry is not None:
             if entry.status == StepStatus.SUCCEEDED:
                 return _step_event(entry.result)

@@ -326,3 +326,46 @@ def test_a_wait_for_an_undeclared_type_errors_the_instance_instead_of_waiting_ou
     assert status["status"] == "errored"
     assert status["error"]["name"] == "WorkflowConfigError"
     assert "'stop', which workflow 'waits-for-undeclared' does not declare" in status["error"]["message"]
+
+
+class BeforeTheDeploy(WorkflowEntrypoint):
+    name = "redeclared"
+    events = {"go": {}, "stop": {}}
+
+    def run(self, event, step):
+        got = step.wait_for_event("first", "go", timeout="1 hour")
+        return [got.payload, step.wait_for_event("second", "stop", timeout="1 hour").payload]
+
+
+class AfterTheDeploy(WorkflowEntrypoint):
+    """The same run(), deployed with "go" no longer among its events."""
+
+    name = "redeclared"
+    events = {"stop": {}}
+
+    def run(self, event, step):
+        got = step.wait_for_event("first", "go", timeout="1 hour")
+        return [got.payload, step.wait_for_event("second", "stop", timeout="1 hour").payload]
+
+
+registry.unregister(BeforeTheDeploy)
+registry.unregister(AfterTheDeploy)
+
+
+def test_a_wait_journaled_before_its_type_left_the_declaration_goes_on(workflows_env):
+    registry.register(BeforeTheDeploy)
+    try:
+        handle = workflows.get("redeclared").create(id="d1")
+        workflows_env.run_until_idle()
+        handle.send_event("go", 1)
+        workflows_env.run_until_idle()
+    finally:
+        registry.unregister(BeforeTheDeploy)
+    registry.register(AfterTheDeploy)
+    try:
+        handle.send_event("stop", 2)
+        workflows_env.run_until_idle()
+        assert handle.status()["status"] == "complete", handle.status()
+        assert handle.status()["output"] == [1, 2]
+    finally:
+        registry.unregister(AfterTheDeploy)

@@ -53,3 +53,16 @@ def test_run_due_runs_instances_whose_wake_time_has_passed():
     time.sleep(0.06)
     assert get_executor().run_due() == 1
     assert instance.status()["output"] == "after"
+
+
+class FailingInlineExecutor(InlineExecutor):
+    """A project's own inline executor whose replay fails: its error is the caller's to see."""
+
+    def enqueue_replay(self, instance_pk: int) -> None:
+        raise LookupError(f"the replay of {instance_pk} failed")
+
+
+def test_a_failing_inline_replay_reaches_the_caller_instead_of_a_broker_warning(settings):
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "tests.test_inline_executor.FailingInlineExecutor"}
+    with pytest.raises(LookupError, match="the replay of"):
+        workflows.get("three-steps").create(id="fails-inline", params={})

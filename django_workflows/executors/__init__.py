@@ -39,6 +39,9 @@ def enqueue(instance_pk: int) -> None:
     executor = get_executor()
     if executor.enqueues_in_transaction:
         executor.enqueue_replay(instance_pk)
+    elif executor.runs_inline:
+        # The replay itself runs here: what goes wrong in it is the caller's to see, not a broker's.
+        transaction.on_commit(lambda: executor.enqueue_replay(instance_pk), using=router.db_for_write(Instance))
     else:
         transaction.on_commit(lambda: _push(executor, instance_pk), using=router.db_for_write(Instance))
 

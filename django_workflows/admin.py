@@ -34,43 +34,16 @@ from django_workflows.diagram import diagram_for
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.drawing.timeline import human_duration, render_timeline, when
 from django_workflows.errors import InvalidTransition, WorkflowError, WorkflowNotFound
-from django_workflows.instances import ACTIVE_STATUSES, InstanceHandle
+from django_workflows.instances import InstanceHandle
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
 from django_workflows.templatetags.workflows_admin import readable_json, status_badge_html
+from django_workflows.transitions import TRANSITIONS, offered
 
 STEPS_PER_PAGE = 50
 APPROVALS_PER_PAGE = 50
 BUFFERED_SHOWN = 100
 RECEIVED_SHOWN = 50
 EVENTS_DRAWN = 300
-
-# Which steering buttons an instance page offers for each status. Only a hint for the page: the
-# handle's conditional update decides, and says so when the status moved on meanwhile.
-STEERING = {
-    "pause": {
-        "done": "paused",
-        "button": "Pause",
-        "offered": (InstanceStatus.QUEUED, InstanceStatus.RUNNING, InstanceStatus.WAITING),
-    },
-    "resume": {
-        "done": "resumed",
-        "button": "Resume",
-        "offered": (InstanceStatus.PAUSED, InstanceStatus.WAITING_FOR_PAUSE),
-    },
-    "terminate": {
-        "done": "terminated",
-        "button": "Terminate",
-        "offered": ACTIVE_STATUSES,
-        "confirm": "Terminate this instance for good?",
-    },
-    "restart": {
-        "done": "restarted",
-        "button": "Restart",
-        "offered": tuple(InstanceStatus.values),
-        "confirm": "Restart from the top? The journal and consumed events are cleared.",
-    },
-}
-
 
 def _moment(value):
     """A timestamp as the list shows it: compact, sortable, in the current time zone."""
@@ -249,11 +222,11 @@ class InstanceAdmin(admin.ModelAdmin):
                 refused.append(str(exc))
             else:
                 done.append(str(instance))
-                self.log_change(request, instance, f"{STEERING[action]['done'].capitalize()} from the list.")
+                self.log_change(request, instance, f"{TRANSITIONS[action].past.capitalize()} from the list.")
         if done:
             self.message_user(
                 request,
-                f"{STEERING[action]['done'].capitalize()} {len(done)} "
+                f"{TRANSITIONS[action].past.capitalize()} {len(done)} "
                 f"instance{'s' if len(done) != 1 else ''}: {', '.join(done)}.",
                 messages.SUCCESS,
             )
@@ -377,13 +350,13 @@ class InstanceAdmin(admin.ModelAdmin):
         can_steer = self.can_steer(request)
         steering = [
             {
-                "action": action,
-                "button": spec["button"],
-                "confirm": spec.get("confirm", ""),
-                "url": reverse("admin:django_workflows_instance_steer", args=[instance.pk, action]),
+                "action": transition.action,
+                "button": transition.button,
+                "confirm": transition.confirm,
+                "url": reverse("admin:django_workflows_instance_steer",
+                               args=[instance.pk, transition.action]),
             }
-            for action, spec in STEERING.items()
-            if can_steer and instance.status in spec["offered"]
+            for transition in (offered(instance.status) if can_steer else ())
         ]
         awaiting = approval_awaited(instance)
         waiting_since = (
@@ -459,7 +432,7 @@ class InstanceAdmin(admin.ModelAdmin):
     def steer_view(self, request, object_id, action):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        if action not in STEERING:
+        if action not in TRANSITIONS:
             raise Http404(f"No such action: {action!r}.")
         if not self.can_steer(request):
             raise PermissionDenied
@@ -471,8 +444,8 @@ class InstanceAdmin(admin.ModelAdmin):
         except WorkflowError as exc:
             self.message_user(request, f"Could not {action} {instance}: {exc}", messages.ERROR)
         else:
-            self.message_user(request, f"Instance {instance} {STEERING[action]['done']}.", messages.SUCCESS)
-            self.log_change(request, instance, f"{STEERING[action]['done'].capitalize()}.")
+            self.message_user(request, f"Instance {instance} {TRANSITIONS[action].past}.", messages.SUCCESS)
+            self.log_change(request, instance, f"{TRANSITIONS[action].past.capitalize()}.")
         return self._back(request, instance)
 
     def _form_errors(self, request, form) -> None:

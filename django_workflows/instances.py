@@ -32,7 +32,7 @@ from django_workflows.errors import (
 from django_workflows.models import FINISHED_STATUSES, Instance, InstanceStatus
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import inbox, steering
-from django_workflows.store.steering import ACTIVE_STATUSES
+from django_workflows.transitions import TRANSITIONS
 from django_workflows.validation import validate_event_type, validate_idempotency_key, validate_instance_id
 
 MAX_BATCH = 100
@@ -146,11 +146,10 @@ class InstanceHandle:
                                    workflow=self.workflow_name, instance_id=self.id)
         return status
 
-    def _refuse(self, action: str, allowed) -> InvalidTransition:
+    def _refuse(self, action: str) -> InvalidTransition:
         status = self._current_status()
         return InvalidTransition(
-            f"Cannot {action} instance {self.workflow_name}/{self.id}: it is {status}; "
-            f"{action} applies to an instance that is {' or '.join(allowed)}.",
+            TRANSITIONS[action].refusal(f"{self.workflow_name}/{self.id}", status),
             workflow=self.workflow_name, instance_id=self.id, status=status, action=action,
         )
 
@@ -165,17 +164,17 @@ class InstanceHandle:
     def pause(self) -> None:
         """Pause: at once if no replay runs; otherwise after its current step (``waitingForPause``)."""
         if not steering.pause(self.pk, clock.now()):
-            raise self._refuse("pause", ("queued", "running", "waiting"))
+            raise self._refuse("pause")
 
     def resume(self) -> None:
         """Resume a paused instance (or withdraw a pause not yet taken effect)."""
         if not steering.resume(self.pk, clock.now()):
-            raise self._refuse("resume", ("paused", "waitingForPause"))
+            raise self._refuse("resume")
 
     def terminate(self) -> None:
         """Stop the instance for good. A replay running now has its further writes refused."""
         if not steering.terminate(self.pk, clock.now()):
-            raise self._refuse("terminate", [str(s) for s in ACTIVE_STATUSES])
+            raise self._refuse("terminate")
 
     def restart(self) -> None:
         """Run the instance again from the top: its journal and consumed events are cleared,

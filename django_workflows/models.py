@@ -29,6 +29,8 @@ class InstanceStatus(models.TextChoices):
 
 
 FINISHED_STATUSES = (InstanceStatus.ERRORED, InstanceStatus.TERMINATED, InstanceStatus.COMPLETE)
+ACTIVE_STATUSES = tuple(status for status in InstanceStatus if status not in FINISHED_STATUSES)
+"""Every status but the finished ones: the instance may still run."""
 
 
 class InstanceQuerySet(models.QuerySet):

@@ -3,9 +3,8 @@
 from rest_framework import serializers
 
 from django_workflows.instances import MAX_BATCH
+from django_workflows.transitions import TRANSITIONS
 from django_workflows.validation import MAX_INSTANCE_ID
-
-STATUS_ACTIONS = ("pause", "resume", "terminate", "restart")
 
 
 class StrictCharField(serializers.CharField):
@@ -47,7 +46,7 @@ class BatchSerializer(serializers.ListSerializer):
 
 
 class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
-    status = serializers.ChoiceField(choices=STATUS_ACTIONS)
+    status = serializers.ChoiceField(choices=[(t.action, t.summary) for t in TRANSITIONS.values()])
 
 
 class ErrorBodySerializer(serializers.Serializer):

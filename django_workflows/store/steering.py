@@ -14,14 +14,7 @@ from django.db.models import F
 
 from django_workflows.executors import enqueue, get_executor
 from django_workflows.models import Event, Instance, InstanceStatus, Step
-
-ACTIVE_STATUSES = (
-    InstanceStatus.QUEUED,
-    InstanceStatus.RUNNING,
-    InstanceStatus.PAUSED,
-    InstanceStatus.WAITING_FOR_PAUSE,
-    InstanceStatus.WAITING,
-)
+from django_workflows.transitions import PAUSE, TERMINATE
 
 
 def _alias() -> str:
@@ -74,9 +67,9 @@ def status_of(pk: int) -> str | None:
 
 def pause(pk: int, now: datetime) -> bool:
     """At once if no replay runs; otherwise ``waitingForPause``, taken at the replay's next step."""
-    if _rows(pk).filter(status__in=(InstanceStatus.QUEUED, InstanceStatus.WAITING)).update(
-        status=InstanceStatus.PAUSED, updated_at=now
-    ):
+    # The statuses come from the transitions table; only a running replay's own has to finish first.
+    idle = [status for status in PAUSE.applies_to if status != InstanceStatus.RUNNING]
+    if _rows(pk).filter(status__in=idle).update(status=InstanceStatus.PAUSED, updated_at=now):
         return True
     return bool(_rows(pk).filter(status=InstanceStatus.RUNNING).update(
         status=InstanceStatus.WAITING_FOR_PAUSE, updated_at=now
@@ -95,7 +88,7 @@ def resume(pk: int, now: datetime) -> bool:
 
 
 def terminate(pk: int, now: datetime) -> bool:
-    return bool(_rows(pk).filter(status__in=ACTIVE_STATUSES).update(
+    return bool(_rows(pk).filter(status__in=TERMINATE.applies_to).update(
         status=InstanceStatus.TERMINATED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
         wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now, updated_at=now,
     ))

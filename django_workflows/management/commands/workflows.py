@@ -13,13 +13,7 @@ from django_workflows import audit, cli, declared_events, workflows
 from django_workflows.describe import describe_instance, describe_workflow, instance_summary, status_counts
 from django_workflows.errors import WorkflowError
 from django_workflows.models import Instance, InstanceStatus
-
-TRANSITIONS = {
-    "pause": ("Paused", "Pause an instance: at once if it waits, after its current step if it runs."),
-    "resume": ("Resumed", "Resume a paused instance."),
-    "terminate": ("Terminated", "Stop an instance for good."),
-    "restart": ("Restarted", "Run an instance again from the top: its journal is cleared."),
-}
+from django_workflows.transitions import TRANSITIONS
 
 
 class Command(BaseCommand):
@@ -76,8 +70,8 @@ class Command(BaseCommand):
                            help="Send as this Django user, who needs the send_event permission and the "
                                 "event type's declared permission (required for a type that declares one).")
 
-        for action, (_, text) in TRANSITIONS.items():
-            transition = actions.add_parser(action, parents=[output], help=text)
+        for action, transition_spec in TRANSITIONS.items():
+            transition = actions.add_parser(action, parents=[output], help=transition_spec.summary)
             transition.add_argument("name", metavar="NAME")
             transition.add_argument("instance_id", metavar="ID")
 
@@ -163,5 +157,5 @@ class Command(BaseCommand):
         handle = cli.find_handle(options["name"], options["instance_id"])
         getattr(handle, action)()
         summary = instance_summary(cli.instance_row(handle))
-        done = TRANSITIONS[action][0]
+        done = TRANSITIONS[action].past.capitalize()
         self.show(summary, f"{done} {handle.workflow_name}/{handle.id}; it is {summary['status']}.")

@@ -1,5 +1,7 @@
-# make test   - the whole suite: checks, migrations, pytest on SQLite, then on PostgreSQL if reachable
-#               (about 4 minutes each on two cores)
+# make test   - checks, migrations, layers, then the unit and integration tiers (tests/unit, tests/integration,
+#               the example project's tests) on SQLite, then on PostgreSQL if reachable: a few minutes
+# make test-all - the same with the system tier (tests/system: worker processes, a browser, load, a fresh
+#               project, the demo): what CI runs, about 20 minutes on two cores
 # make demo   - a small end-to-end example on SQLite (its own, smaller install: the package and [demo])
 # make dist   - build the sdist and wheel into dist/, twine check them, install the wheel in a new venv
 # make chromium - install Debian's Chromium for the admin's browser test (CI does; needs root)
@@ -17,8 +19,11 @@ SKIP_POSTGRES ?= 0
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
+# TIERS=all adds the system tier (make test-all); pytest's testpaths name every tier.
+TIERS ?= fast
+TEST_PATHS := $(if $(filter all,$(TIERS)),,tests/unit tests/integration example_project)
 
-.PHONY: test test-sqlite test-postgres chaos demo demo-smoke clean bench dist chromium faketime
+.PHONY: test test-all test-sqlite test-postgres chaos demo demo-smoke clean bench dist chromium faketime
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,15 +38,18 @@ $(VENV)/.installed-demo: pyproject.toml
 
 test: test-sqlite test-postgres
 
+test-all:
+	$(MAKE) test TIERS=all
+
 test-sqlite: $(VENV)/.installed
 	@$(PY) -c "import django, sys; print(f'== Python {sys.version.split()[0]}, Django {django.get_version()}')"
-	@echo "== about 8 minutes on SQLite, then 10 on PostgreSQL when it is reachable"
+	@echo "== $(if $(filter all,$(TIERS)),every tier: about 8 minutes on SQLite then 10 on PostgreSQL,the unit and integration tiers (make test-all adds the system tier))"
 	$(TEST_ENV) $(PY) -m django check --fail-level WARNING
 	$(TEST_ENV) $(PY) -m django makemigrations --check --dry-run
 	@echo "== the package's layers (pyproject.toml, [tool.importlinter])"
 	$(VENV)/bin/lint-imports
 	@echo "== pytest on SQLite"
-	$(PY) -m pytest
+	$(PY) -m pytest $(TEST_PATHS)
 
 test-postgres: $(VENV)/.installed
 	@url="$${DATABASE_URL:-$(POSTGRES_URL)}"; \
@@ -52,7 +60,7 @@ test-postgres: $(VENV)/.installed
 	fi; \
 	echo "== pytest on PostgreSQL ($$url)"; \
 	DATABASE_URL="$$url" $(TEST_ENV) $(PY) -m django check --fail-level WARNING && \
-	DATABASE_URL="$$url" $(PY) -m pytest
+	DATABASE_URL="$$url" $(PY) -m pytest $(TEST_PATHS)
 
 # make chaos - the chaos test of issue 8 (about 3 minutes, not part of make test): 500 instances through
 #              workflows_worker commands whose processes are SIGKILLed at random every 0.5 to 2 s; on SQLite
@@ -62,9 +70,9 @@ test-postgres: $(VENV)/.installed
 #              1 to 3 s. CHAOS_SEED=... replays a run's plan.
 chaos: $(VENV)/.installed
 	@echo "== chaos on SQLite: the ORM broker, one worker command"
-	env -u DATABASE_URL TEST_REDIS_DB=8 $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/test_chaos.py
+	env -u DATABASE_URL TEST_REDIS_DB=8 $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/system/test_chaos.py
 	@echo "== chaos on PostgreSQL: the Redis broker, two worker commands, a database restart"
-	TEST_REDIS_DB=8 tests/chaos_postgres.sh $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/test_chaos.py
+	TEST_REDIS_DB=8 tests/chaos_postgres.sh $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/system/test_chaos.py
 
 DEMO_ARGS ?=
 
@@ -91,7 +99,7 @@ dist: $(VENV)/.installed
 	dist/venv/bin/python -m pip install -q --disable-pip-version-check dist/*.whl
 	cd dist && venv/bin/python -c "import django_workflows, sys; print('== installed', django_workflows.__version__, 'from', django_workflows.__file__)"
 
-# Debian's Chromium, which tests/test_admin_browser.py drives through Playwright.
+# Debian's Chromium, which tests/system/test_admin_browser.py drives through Playwright.
 chromium:
 	@test -x /usr/bin/chromium || (apt-get update -q && apt-get install -y -q chromium)
 

@@ -1,4 +1,4 @@
-"""Schemathesis hooks for tests/test_api_schema.py, loaded through SCHEMATHESIS_HOOKS.
+"""Schemathesis hooks for tests/system/test_api_schema.py, loaded through SCHEMATHESIS_HOOKS.
 
 Two checks beyond schemathesis's own: every error is the API's JSON error shape, and every response is
 written down (operation, generation mode, status) so the test can tell how many inputs were tried, of

@@ -92,3 +92,11 @@ def wait_for(predicate, timeout: float, interval: float = 0.05, message: str = "
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+
+
+def status(instance) -> str:
+    return instance.status()["status"]
+
+
+def wait_status(instance, wanted: str, timeout: float = 30):
+    return wait_for(lambda: status(instance) == wanted, timeout, message=f"{instance!r} to be {wanted}")

@@ -1,4 +1,8 @@
-"""Replays in the calling thread: for tests, scripts and small sites without a worker."""
+"""Replays in the calling thread: for scripts and one-off commands, not for a site.
+
+It watches no timer, so a sleeping instance waits until something calls ``run_due()``; a site runs a
+worker (``workflows_worker``) instead, and tests use ``django_workflows.testing``.
+"""
 
 from __future__ import annotations
 

@@ -443,7 +443,7 @@ from tests.testapp.chaos import ChaosMix  # noqa: E402, F401
 
 class Skewed(WorkflowEntrypoint):
     """Steps that take a while, then a sleep: each step body is logged with the monotonic clock, which
-    all processes of a host share and ``faketime`` leaves alone (see tests/test_clock_skew.py)."""
+    all processes of a host share and ``faketime`` leaves alone (see tests/system/test_clock_skew.py)."""
 
     def run(self, event, step):
         import json

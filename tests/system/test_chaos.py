@@ -324,8 +324,8 @@ class Chaos:
 
 
 def skewed_env() -> dict:
-    """A worker command whose clock runs SKEW_SECONDS ahead (see tests/test_clock_skew.py)."""
-    from tests.test_clock_skew import skewed_env as faketime_env
+    """A worker command whose clock runs SKEW_SECONDS ahead (see tests/system/test_clock_skew.py)."""
+    from tests.system.test_clock_skew import skewed_env as faketime_env
 
     return {**faketime_env(f"+{SKEW_SECONDS}s"), SKEW_VARIABLE: str(SKEW_SECONDS)}
 

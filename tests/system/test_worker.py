@@ -14,52 +14,9 @@ from django_workflows import workflows
 from django_workflows.models import Instance, Step, WorkerHeartbeat
 from django_workflows.worker import _children_of
 from tests.testapp.models import ReplayAudit, SideEffect
-from tests.workers import WorkerProcess, wait_for
+from tests.workers import wait_for, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def start_worker(tmp_path, request):
-    started: list[WorkerProcess] = []
-
-    def start(**kwargs) -> WorkerProcess:
-        kwargs.setdefault("name", f"worker-{len(started)}")
-        worker = WorkerProcess(tmp_path, **kwargs).start()
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
-    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
-        for worker in started:
-            print(f"--- {worker.log_path.name}\n{worker.output()}")
-
-
-@pytest.fixture
-def redis_broker(settings, monkeypatch):
-    """Switch this process's django-q2 to the Redis broker (the workers get TEST_BROKER=redis)."""
-    import redis
-    from django_q.conf import Conf
-
-    db = int(os.environ.get("TEST_REDIS_DB", "5"))
-    redis.Redis(host="127.0.0.1", port=6379, db=db).flushdb()
-    redis_conf = {"host": "127.0.0.1", "port": 6379, "db": db}
-    monkeypatch.setattr(Conf, "ORM", None)
-    monkeypatch.setattr(Conf, "BROKER_CLASS", None)
-    monkeypatch.setattr(Conf, "REDIS", redis_conf)
-    settings.Q_CLUSTER = {**{k: v for k, v in settings.Q_CLUSTER.items() if k not in ("orm", "broker_class")},
-                          "redis": redis_conf}
-    return "redis"
-
-
-def status(instance) -> str:
-    return instance.status()["status"]
-
-
-def wait_status(instance, wanted: str, timeout: float = 30):
-    return wait_for(lambda: status(instance) == wanted, timeout, message=f"{instance!r} to be {wanted}")
 
 
 def test_a_sleep_resumes_within_a_second_and_a_half_of_its_wake_time(start_worker):

@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from examples.workflows import OrderFulfilment
 
-EXAMPLE_PROJECT = Path(__file__).resolve().parents[2]
+EXAMPLE_PROJECT = Path(__file__).resolve().parents[2] / "example_project"
 BANNER_END = "Activity"  # the line after the banner: what follows is what the instances do
 
 

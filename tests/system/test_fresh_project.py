@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 # The outside services the README's example calls: a payment provider cannot exist here.
 FAKE_SERVICES = '''

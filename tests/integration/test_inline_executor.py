@@ -63,6 +63,6 @@ class FailingInlineExecutor(InlineExecutor):
 
 
 def test_a_failing_inline_replay_reaches_the_caller_instead_of_a_broker_warning(settings):
-    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "tests.test_inline_executor.FailingInlineExecutor"}
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "tests.integration.test_inline_executor.FailingInlineExecutor"}
     with pytest.raises(LookupError, match="the replay of"):
         workflows.get("three-steps").create(id="fails-inline", params={})

@@ -30,8 +30,7 @@ from django_workflows.definition import registry
 from django_workflows.engine import replay
 from django_workflows.models import Instance, Step
 from django_workflows.store import leases
-from tests.test_worker import redis_broker, start_worker, wait_status  # noqa: F401  (fixtures)
-from tests.workers import ROOT, wait_for
+from tests.workers import ROOT, wait_for, wait_status
 
 
 def skewed_env(skew: str = "+90s") -> dict:

@@ -19,7 +19,7 @@ from django_workflows import workflows
 from django_workflows.describe import describe_instance, describe_workflow, instance_summary, status_counts
 from django_workflows.models import Event, Instance, Step
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args) -> str:

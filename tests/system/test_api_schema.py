@@ -64,7 +64,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(live_server,
     report = tmp_path / "schemathesis.json"
     inputs = tmp_path / "inputs.ndjson"
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks", "DW_FUZZ_LOG": str(inputs),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                           os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(
         [str(Path(sys.executable).parent / "schemathesis"), "run", f"{live_server.url}/workflows/schema/",

@@ -27,7 +27,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 NARROW = 800
 
 # Where each box lies in the window, and whether what it holds is all within reach: shown whole, or

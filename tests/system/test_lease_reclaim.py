@@ -19,9 +19,8 @@ from django_workflows.models import Instance, WorkerHeartbeat
 from django_workflows.store import leases
 from django_workflows.store.dispatch import reclaim_dead_leases
 from django_workflows.store.journal import Fenced, JournalWriter
-from tests.test_worker import start_worker, wait_status  # noqa: F401  (start_worker is a fixture)
 from tests.testapp.models import SideEffect
-from tests.workers import wait_for
+from tests.workers import wait_for, wait_status
 
 LONG_LEASE = {"LEASE_SECONDS": 60}
 

@@ -265,7 +265,7 @@ test suites, so figures are noisy (load average at the end: {load}).
    commit) through the Django connection's cursor, with the columns and values of a succeeded `step.do`
    row ({rows} rows a run). This is the cheapest durable journal write; the engine's own insert adds the
    epoch fence and `RETURNING`.
-2. **Step overhead**: one replay (`django_workflows.engine.replay`) of a workflow of 1,000 trivial
+2. **Step overhead**: one replay (`django_workflows.replay.replay`) of a workflow of 1,000 trivial
    `step.do` steps, timed from the claim to the finish; µs per step = time ÷ 1,000, including the replay's
    fixed cost (claim, read, journal load, finish), i.e. all of it. Ratio = that ÷ the µs per INSERT of the
    same run.

@@ -1,22 +1,39 @@
 """Durable execution for Django, modelled on Cloudflare Workflows.
 
 Importing this package does not import models: the names that need the app
-registry (``workflows``) are resolved lazily on first access.
+registry (``workflows``, ``WorkflowStep``) are resolved lazily on first access.
 """
 
 from django_workflows.definition import WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
+from django_workflows.error_journal import StepFailed
 from django_workflows.errors import (
     DuplicateDelivery,
+    EventPermissionRequired,
     EventRefused,
+    EventTooLarge,
+    IdempotencyKeyReused,
+    InboxFull,
     InstanceAlreadyExists,
+    InstanceFinished,
     InstanceNotFound,
     InvalidEvent,
+    InvalidEventType,
+    InvalidIdempotencyKey,
+    InvalidInstanceId,
+    InvalidParams,
+    InvalidPayload,
+    InvalidStepInput,
     InvalidTransition,
     NonDeterminismError,
     NonRetryableError,
+    NotAWebhook,
+    ParamsTooLarge,
     PoisonInstance,
     StepInTransaction,
     StepLimitExceeded,
+    StepResultError,
+    StepTimeoutError,
+    WebhookOnly,
     WorkflowConfigError,
     WorkflowError,
     WorkflowNotFound,
@@ -27,22 +44,40 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DuplicateDelivery",
+    "EventPermissionRequired",
     "EventRefused",
+    "EventTooLarge",
+    "IdempotencyKeyReused",
+    "InboxFull",
     "InstanceAlreadyExists",
+    "InstanceFinished",
     "InstanceNotFound",
     "InvalidEvent",
+    "InvalidEventType",
+    "InvalidIdempotencyKey",
+    "InvalidInstanceId",
+    "InvalidParams",
+    "InvalidPayload",
+    "InvalidStepInput",
     "InvalidTransition",
     "NonDeterminismError",
-    "StepInTransaction",
     "NonRetryableError",
+    "NotAWebhook",
+    "ParamsTooLarge",
     "PoisonInstance",
+    "StepFailed",
+    "StepInTransaction",
     "StepLimitExceeded",
+    "StepResultError",
+    "StepTimeoutError",
+    "WebhookOnly",
     "WorkflowConfigError",
     "WorkflowEntrypoint",
     "WorkflowError",
     "WorkflowEvent",
-    "WorkflowStepEvent",
     "WorkflowNotFound",
+    "WorkflowStep",
+    "WorkflowStepEvent",
     "WorkflowTimeoutError",
     "__version__",
     "workflows",
@@ -62,4 +97,9 @@ def __getattr__(name: str):
         from django_workflows.instances import workflows
 
         return workflows
+    if name == "WorkflowStep":
+        # Lazily, as workflows: the step API's module imports models.
+        from django_workflows.step import WorkflowStep
+
+        return WorkflowStep
     raise AttributeError(f"module 'django_workflows' has no attribute {name!r}")

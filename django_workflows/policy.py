@@ -8,6 +8,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
+from django_workflows.conf import workflow_settings
 from django_workflows.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, WorkflowConfigError
 
@@ -104,3 +105,16 @@ def build_policy(config: dict | None, defaults: dict, where: str) -> StepPolicy:
         backoff=retries["backoff"],
         timeout=_duration(config.get("timeout", defaults["timeout"]), where, "timeout"),
     )
+
+
+_default_policy: tuple[dict, StepPolicy] | None = None
+
+
+def default_policy() -> StepPolicy:
+    """The policy of a step called without ``config``: built once, and again only when the setting is
+    replaced (``override_settings``)."""
+    global _default_policy
+    defaults = workflow_settings.DEFAULT_STEP_CONFIG
+    if _default_policy is None or _default_policy[0] is not defaults:
+        _default_policy = (defaults, build_policy(None, defaults, "DJANGO_WORKFLOWS['DEFAULT_STEP_CONFIG']"))
+    return _default_policy[1]

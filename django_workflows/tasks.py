@@ -4,8 +4,8 @@ calls to enqueue a replay, never import the engine that the replay runs."""
 from __future__ import annotations
 
 from django_workflows import clock
-from django_workflows.engine import replay
 from django_workflows.models import WorkerHeartbeat
+from django_workflows.replay import replay
 
 
 def run_replay(instance_pk: int) -> None:

@@ -61,8 +61,8 @@ class WorkflowTestEnv:
 
         Returns the number of replays run.
         """
-        from django_workflows.engine import replay
         from django_workflows.models import Instance
+        from django_workflows.replay import replay
 
         ran = 0
         while True:

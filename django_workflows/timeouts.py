@@ -58,17 +58,14 @@ import time
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_workflows.control_flow import AttemptTimedOut
+
 
 def _set_async_exc(thread_id: int, exc_type) -> None:
     # ``None`` passes NULL, which withdraws a pending exception.
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), None if exc_type is None else ctypes.py_object(exc_type)
     )
-
-
-class AttemptTimedOut(BaseException):
-    """Raised inside an attempt that ran past its deadline. A BaseException, so
-    a user's ``except Exception:`` inside the step does not swallow it."""
 
 
 class _Watch:

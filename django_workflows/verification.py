@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from django_workflows.control_flow import EndOfJournal
 from django_workflows.definition import WorkflowEvent, registry
-from django_workflows.engine import Replay, WorkflowStep
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
+from django_workflows.replay import Replay
+from django_workflows.step import WorkflowStep
 from django_workflows.store.journal import load
 from django_workflows.store.leases import Claim
 
@@ -37,10 +39,6 @@ class Divergence:
         return asdict(self)
 
 
-class _EndOfJournal(BaseException):
-    """run() reached a step the journal has not finished: everything before it agreed."""
-
-
 class _Verification(Replay):
     """A replay that answers only from the journal and stops where a real one would run or write."""
 
@@ -48,7 +46,7 @@ class _Verification(Replay):
         entry = super().lookup(key, kind)
         if entry is None or entry.status not in _FINISHED_STEP:
             # Raised again by every later step, should run() swallow it (Replay.call).
-            self.suspended = _EndOfJournal()
+            self.suspended = EndOfJournal()
             raise self.suspended
         return entry
 
@@ -72,7 +70,7 @@ def verify(instance: Instance) -> Divergence | None:
                           instance_id=instance.instance_id, workflow_name=instance.workflow_name)
     try:
         workflow_class().run(event, WorkflowStep(replay))
-    except _EndOfJournal:
+    except EndOfJournal:
         pass
     except Exception:  # noqa: BLE001
         # What run() makes of its journaled results (an error it raises) is not a code change's doing.

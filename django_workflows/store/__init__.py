@@ -9,5 +9,5 @@ or its inbox. Nothing outside this package writes those columns.
 - ``retention``: deleting finished instances with their journal and inbox.
 
 Times come from ``django_workflows.clock`` (the database's clock). A statement of the engine's own that
-fails raises ``journal.StoreError``, which user code cannot catch.
+fails raises ``control_flow.StoreError``, which user code cannot catch.
 """

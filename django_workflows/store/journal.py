@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, router, transaction
 
 from django_workflows import clock, rows
+from django_workflows.control_flow import Fenced, StoreError
 from django_workflows.models import Event, Instance, InstanceStatus, Step
 
 
@@ -70,16 +71,6 @@ class Entry:
     started_at = property(lambda self: self._detail(3))
 
 
-class StoreError(BaseException):
-    """A statement of the engine's own failed (a dropped connection, ``database is locked``, a deadlock).
-
-    The replay is abandoned and tried again a little later: the failure is the infrastructure's, not
-    the instance's, so it is never journaled as its error nor counted toward poison. A BaseException,
-    so that an ``except Exception:`` in run() (a saga's compensation) never mistakes it for a step's
-    failure.
-    """
-
-
 @contextmanager
 def engine_statements():
     """Turn a database error in the engine's own statements into ``StoreError``."""
@@ -87,13 +78,6 @@ def engine_statements():
         yield
     except DatabaseError as exc:
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
-
-
-class Fenced(BaseException):
-    """The instance's epoch moved on (terminated, restarted, or leased elsewhere): stop this replay.
-
-    A BaseException so that no ``except Exception:`` in user code can swallow it.
-    """
 
 
 _JOURNAL_COLUMNS = ("key", "id", "kind", "status", "attempts", "result", "error", "wake_at", "started_at")

@@ -5,8 +5,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_workflows import workflows
-from django_workflows.engine import replay
 from django_workflows.models import Instance, Step
+from django_workflows.replay import replay
 
 
 def _statements(ctx):

@@ -18,8 +18,8 @@ from django.db.models import F
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.definition import registry
-from django_workflows.engine import replay
 from django_workflows.models import Instance, Step
+from django_workflows.replay import replay
 from django_workflows.testing import run_workflows
 from tests.testapp.models import SideEffect
 

@@ -12,8 +12,8 @@ from rest_framework.test import APIClient
 
 from django_workflows import WorkflowEntrypoint, checks, workflows
 from django_workflows.definition import registry
-from django_workflows.engine import replay
 from django_workflows.models import Instance
+from django_workflows.replay import replay
 
 ran = []
 

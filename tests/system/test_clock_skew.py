@@ -27,8 +27,8 @@ from rest_framework.test import APIClient
 
 from django_workflows import WorkflowEntrypoint, clock, workflows
 from django_workflows.definition import registry
-from django_workflows.engine import replay
 from django_workflows.models import Instance, Step
+from django_workflows.replay import replay
 from django_workflows.store import leases
 from tests.workers import ROOT, wait_for, wait_status
 

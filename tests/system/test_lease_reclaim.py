@@ -15,10 +15,11 @@ from datetime import timedelta
 import pytest
 
 from django_workflows import clock, workflows
+from django_workflows.control_flow import Fenced
 from django_workflows.models import Instance, WorkerHeartbeat
 from django_workflows.store import leases
 from django_workflows.store.dispatch import reclaim_dead_leases
-from django_workflows.store.journal import Fenced, JournalWriter
+from django_workflows.store.journal import JournalWriter
 from tests.testapp.models import SideEffect
 from tests.workers import wait_for, wait_status
 

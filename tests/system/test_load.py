@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
 from django_workflows import workflows
-from django_workflows.engine import replay
 from django_workflows.models import Event, Instance
+from django_workflows.replay import replay
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -61,6 +61,39 @@ def test_public_api_and_version():
     assert issubclass(WorkflowTimeoutError, WorkflowError)
 
 
+def test_every_public_name_imports_from_the_package_and_every_error_is_public():
+    import django_workflows
+    from django_workflows import errors
+
+    namespace = {}
+    exec("from django_workflows import *", namespace)
+    assert set(django_workflows.__all__) <= set(namespace)
+    defined = {name for name, value in vars(errors).items()
+               if isinstance(value, type) and issubclass(value, Exception) and value.__module__ == errors.__name__}
+    assert defined | {"StepFailed"} <= set(django_workflows.__all__)
+
+
+def test_run_is_given_the_exported_workflow_step(workflows_env):
+    from django_workflows import WorkflowStep
+
+    seen = []
+
+    class RecordsItsStep(WorkflowEntrypoint):
+        name = "records-its-step"
+
+        def run(self, event, step):
+            seen.append(type(step))
+            return step.do("one", lambda: 1)
+
+    try:
+        instance = workflows.get("records-its-step").create()
+        workflows_env.run_until_idle()
+    finally:
+        registry.unregister(RecordsItsStep)
+    assert instance.status()["output"] == 1
+    assert seen and all(cls is WorkflowStep for cls in seen)
+
+
 def test_errors_survive_pickling():
     import pickle
 

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from django_workflows.timeouts import AttemptTimedOut, Watchdog, call_with_timeout, watchdog
+from django_workflows.control_flow import AttemptTimedOut
+from django_workflows.timeouts import Watchdog, call_with_timeout, watchdog
 
 
 def test_an_attempt_past_its_deadline_is_interrupted():

@@ -1,0 +1,47 @@
+"""How an exception is journaled, as Cloudflare's ``{name, message}``, and raised again on replay."""
+
+from __future__ import annotations
+
+import importlib
+
+from django_workflows.errors import WorkflowError
+from django_workflows.serialization import storable_text
+
+# What user code may raise that fails its step or its instance rather than the worker, SystemExit and
+# KeyboardInterrupt included (Replay._run says why).
+USER_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
+
+
+def describe_error(exc: BaseException) -> dict:
+    """An error as it is journaled: Cloudflare's ``{name, message}``, plus where its class lives."""
+    cls = type(exc)
+    # storable_text: a message may hold NUL or half a surrogate pair, which the journal cannot store.
+    message = storable_text(str(exc))
+    return {"name": cls.__name__, "message": message, "type": f"{cls.__module__}:{cls.__qualname__}"}
+
+
+class StepFailed(WorkflowError):
+    """A journaled step error whose original class cannot be rebuilt here."""
+
+
+def rebuild_error(error: dict) -> Exception:
+    """The journaled error as an exception of its original class, so ``except`` clauses match alike
+    on the first run and on every replay."""
+    message = error.get("message", "")
+    cls = None
+    module_name, _, qualname = (error.get("type") or "").partition(":")
+    if module_name and qualname:
+        try:
+            cls = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+        except (ImportError, AttributeError):
+            cls = None
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return StepFailed(f"{error.get('name', 'Error')}: {message}", error_name=error.get("name"))
+    try:
+        exc = cls(message)
+    except Exception:
+        exc = cls.__new__(cls)
+        Exception.__init__(exc, message)
+    return exc

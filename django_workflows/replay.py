@@ -1,0 +1,317 @@
+"""The replay engine: runs ``run()`` from the top, answering finished steps from the journal.
+
+One replay holds the instance's lease, loads the journal in one query, and
+calls ``run(event, step)``. A step found in the journal returns its journaled
+result (or raises its journaled error) without running again; a step not
+found runs, is journaled, and the replay goes on. A step that must wait (a
+sleep, a retry delay, an event not yet here) raises ``Suspend``; the engine
+records why and until when, releases the lease, and the worker is free.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from datetime import timedelta
+
+from django.db import DatabaseError
+
+from django_workflows import clock, declared_events
+from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
+from django_workflows.control_flow import Fenced, StoreError, Suspend
+from django_workflows.definition import WorkflowEvent, registry
+from django_workflows.error_journal import USER_FAILURES, describe_error
+from django_workflows.errors import (
+    InvalidStepInput,
+    NonDeterminismError,
+    PoisonInstance,
+    StepInTransaction,
+    StepLimitExceeded,
+    StepResultError,
+    WorkflowError,
+    WorkflowNotFound,
+)
+from django_workflows.executors import enqueue
+from django_workflows.models import Instance, InstanceStatus
+from django_workflows.serialization import NotJournalable, encode, storable_text
+from django_workflows.signals import replay_finished, replay_started
+from django_workflows.step import JournaledSteps, WorkflowStep
+from django_workflows.store import leases
+from django_workflows.store.journal import WAITING_UNLESS_PAUSE_ASKED, Entry, JournalWriter, encoded, load
+from django_workflows.validation import validate_step_name
+
+# After a StoreError: when the wake-up loop replays the instance again, and the pauses between the
+# attempts to give its lease back (the database may be restarting or failing over).
+ABANDONED_REPLAY_DELAY = timedelta(seconds=2)
+# How long an instance whose workflow is not registered here waits before a worker looks again: long
+# enough not to spin while the deploy finishes, short enough that the new workers pick it up soon.
+UNREGISTERED_RECHECK = timedelta(seconds=30)
+ABANDON_PAUSES = (0.0, 0.5, 2.0)
+
+
+def replay(instance_pk: int) -> bool:
+    """Run one replay of the instance if it is runnable; return whether one ran.
+
+    Any number of deliveries of the same replay may arrive, from any number of
+    workers: the conditional UPDATE that takes the lease lets one through, and
+    the others return at once.
+    """
+    taken = time.monotonic()
+    instance = leases.take(instance_pk, str(leases.holder()), clock.now(), workflow_settings.LEASE_SECONDS)
+    if instance is None:
+        return False
+    signal_args = {"instance_pk": instance_pk, "epoch": instance.epoch, "workflow_name": instance.workflow_name}
+    replay_started.send(sender=Instance, started=time.time(), **signal_args)
+    outcome, current = "fenced", Replay(instance)
+    try:
+        with leases.keeper.hold(instance_pk, instance.epoch, taken) as current.writer.lease:
+            outcome = current.run()
+    except StoreError:
+        outcome = current.abandon()
+    finally:
+        current.writer.close()
+        replay_finished.send(sender=Instance, outcome=outcome, released=current.released or time.time(),
+                             **signal_args)
+    return True
+
+
+class Replay(JournaledSteps):
+    def __init__(self, instance: leases.Claim):
+        self.instance = instance
+        self.pk = instance.pk
+        self.writer = JournalWriter(instance.pk, instance.epoch)
+        self.journal: dict[str, Entry] = {}
+        self.occurrences: dict[str, int] = {}
+        self.steps_taken = 0
+        self.step_limit = workflow_settings.STEP_LIMIT
+        self.fatal: WorkflowError | None = None
+        # The suspension a step asked for: a bare ``except:`` in run() may swallow it, but every later
+        # step raises it again, and the replay suspends as asked whatever run() does next.
+        self.suspended: Suspend | None = None
+        # How deep in atomic blocks the journal's connection was when run() began: a step called
+        # deeper sits in a transaction run() opened, which a suspension would roll back.
+        self.atomic_depth = 0
+        # The journal's step keys in the order they were first written, and how many steps this
+        # replay has called: the n-th step called must be the n-th journaled one.
+        self.journaled_order: list[str] | None = None
+        self.steps_called = 0
+        # The key of the step whose body is running: an interruption by its timeout may arrive
+        # meanwhile, so the engine must not touch the journal until it returns.
+        self.running_step: str | None = None
+        # The workflow's declared events by type (None: it accepts any type), read once per replay.
+        self.declared_events: dict | None = None
+        self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
+        # Wall-clock time just before the write that releases the lease, for replay_finished.
+        self.released: float | None = None
+
+    # The outcome of the whole replay.
+
+    def run(self) -> str:
+        """Run the replay; return its outcome (the status it left, or "fenced")."""
+        try:
+            return self._run()
+        except Fenced:
+            # Terminated, restarted or taken over while this replay ran: its work is not ours to record.
+            return "fenced"
+
+    def abandon(self) -> str:
+        """A statement of the engine's own failed: give the lease back and let the wake-up loop replay
+        the instance shortly. The connection is dropped first, whatever state the failure left it in.
+        If the database cannot be reached for that either, the lease expires and the sweeper queues
+        the instance again."""
+        connection = self.writer.connection
+        for pause in ABANDON_PAUSES:
+            time.sleep(pause)
+            self.writer.close()
+            connection.close()
+            try:
+                now = clock.now()
+                released = self.writer.abandon(now, now + ABANDONED_REPLAY_DELAY)
+            except DatabaseError:
+                continue
+            return "abandoned" if released else "fenced"
+        return "abandoned"
+
+    def _run(self) -> str:
+        instance = self.instance
+        poison_limit = workflow_settings.POISON_LIMIT
+        if instance.crash_count >= poison_limit:
+            return self.errored(PoisonInstance(
+                f"Instance {instance} was parked: {instance.crash_count} replays in a row ended with the "
+                f"worker gone before they finished (the limit is POISON_LIMIT = {poison_limit}). A step "
+                "probably kills or hangs its process (memory, a segfault, a timeout of the task queue). "
+                "Fix the step, then restart() the instance.",
+                crash_count=instance.crash_count,
+            ), "")
+        try:
+            workflow_class = registry.get(instance.workflow_name)
+        except WorkflowNotFound:
+            return self.await_registration()
+        self.declared_events = declared_events.rules_for(workflow_class)
+        if workflow_class.step_limit is not None:
+            self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
+        if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
+            return self.suspend(Suspend(pause=True))
+        # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
+        # too), and journal rows are only written under a lease: there is nothing to load.
+        self.journal = load(self.pk) if instance.epoch > 1 else {}
+        self.atomic_depth = len(self.writer.connection.atomic_blocks)
+        event = WorkflowEvent(
+            payload=instance.params,
+            timestamp=instance.created_at,
+            instance_id=instance.instance_id,
+            workflow_name=instance.workflow_name,
+        )
+        try:
+            output = workflow_class().run(event, WorkflowStep(self))
+        except Suspend as suspension:
+            if self.fatal is not None:
+                return self.errored(self.fatal, "")
+            return self.suspend(suspension)
+        except USER_FAILURES as exc:
+            if self.fatal is None and self.suspended is not None:
+                # run() swallowed a suspension, then failed (a hand-written retry loop giving up):
+                # the step it swallowed has not failed, it waits.
+                return self.suspend(self.suspended)
+            # SystemExit and KeyboardInterrupt raised by the workflow's own code fail the instance
+            # instead of the worker: django-q2's workers ignore SIGINT, so they cannot be an operator's.
+            return self.errored(self.fatal or exc, traceback.format_exc())
+        if self.fatal is not None:
+            return self.errored(self.fatal, "")
+        if self.suspended is not None:
+            # run() swallowed a suspension and returned: the instance is not done, it waits.
+            return self.suspend(self.suspended)
+        return self.complete(output)
+
+    def _finish(self, **fields) -> bool:
+        self.released = time.time()
+        return self.writer.release(clock.now(), **fields)
+
+    def complete(self, output) -> str:
+        try:
+            text, _ = encode(output, self.result_limit)
+        except NotJournalable as exc:
+            return self.errored(StepResultError(f"The output of run() {exc}"), "")
+        now = clock.now()
+        if not self._finish(status=InstanceStatus.COMPLETE, output=encoded(text), ended_at=now, wake_at=None,
+                            waiting_for=None, current_step=""):
+            raise Fenced()
+        return InstanceStatus.COMPLETE
+
+    def errored(self, exc: BaseException, tb: str) -> str:
+        error = describe_error(exc)
+        del error["type"]
+        now = clock.now()
+        if not self._finish(status=InstanceStatus.ERRORED, error=error, traceback=storable_text(tb),
+                            ended_at=now, wake_at=None, waiting_for=None):
+            raise Fenced()
+        return InstanceStatus.ERRORED
+
+    def await_registration(self) -> str:
+        """The workflow is not registered in this process: an old worker in a rolling deploy, or a
+        workflows.py that failed to import. Erroring the instance would end it for good over a state
+        of the deployment, so it waits instead, its journal untouched, and the wake-up loop hands it
+        to a worker again a little later: one that knows the class runs it from where it stopped."""
+        name = self.instance.workflow_name
+        reason = (
+            f"workflow {name!r} is not registered in this process: waiting for a worker that knows it "
+            "(a rolling deploy, or a workflows.py that failed to import: see manage.py check)"
+        )
+        if registry.import_errors:
+            reason += f"; in this process {', '.join(sorted(registry.import_errors))} failed to import"
+        if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=clock.now() + UNREGISTERED_RECHECK,
+                            waiting_for=None, waiting_reason=reason, crash_count=self.instance.crash_count):
+            raise Fenced()
+        return InstanceStatus.WAITING
+
+    def suspend(self, suspension: Suspend) -> str:
+        if suspension.pause:
+            if not self._finish(status=InstanceStatus.PAUSED, current_step=suspension.step_key):
+                raise Fenced()
+            return InstanceStatus.PAUSED
+        if not suspension.waiting_for:
+            if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at, waiting_for=None,
+                                current_step=suspension.step_key):
+                raise Fenced()
+            return InstanceStatus.WAITING
+        self.released = time.time()
+        status = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for,
+                                                        wake_at=suspension.wake_at, current_step=suspension.step_key)
+        if status is None:
+            raise Fenced()
+        if status == InstanceStatus.QUEUED:
+            enqueue(self.pk)
+        return status
+
+    # Bookkeeping shared by the steps.
+
+    def next_key(self, name) -> str:
+        validate_step_name(name)
+        if self.fatal is not None:
+            raise self.fatal
+        if len(self.writer.connection.atomic_blocks) > self.atomic_depth:
+            self.fail_fatally(StepInTransaction(
+                f"Step {name!r} was called inside a transaction.atomic() block opened in run(). A step "
+                "journals its result in its own commit, and a suspension would roll the block back while "
+                "the step's side effect stays done. Move the atomic block inside the step's function "
+                "(step.do(name, fn) with fn opening it), or split it into steps.",
+                step=name,
+            ))
+        if self.running_step is not None:
+            self.fail_fatally(InvalidStepInput(
+                f"Step {name!r} was called inside the body of step {self.running_step!r}: call steps from "
+                "run(), not from another step's function (a step's body may be interrupted by its "
+                "timeout at any point, and may run again)",
+                step=self.running_step,
+            ))
+        count = self.occurrences.get(name, 0) + 1
+        self.occurrences[name] = count
+        return f"{name}-{count}"
+
+    def fail_fatally(self, exc: WorkflowError):
+        # Remembered, so the instance is errored even if run() catches it.
+        self.fatal = exc
+        raise exc
+
+    def lookup(self, key: str, kind: str) -> Entry | None:
+        position = self.steps_called
+        self.steps_called += 1
+        if self.journal:
+            if self.journaled_order is None:
+                # Rows are written in the order run() called the steps, and ids grow with each write.
+                self.journaled_order = [k for k, _ in sorted(self.journal.items(), key=lambda item: item[1].id)]
+            if position < len(self.journaled_order) and self.journaled_order[position] != key:
+                expected = self.journaled_order[position]
+                self.fail_fatally(NonDeterminismError(
+                    f"Instance {self.instance}: step {position + 1} of run() is {key!r}, but the journal has "
+                    f"{expected!r} there (a step renamed, removed, inserted or reordered since the instance "
+                    "began). run() must call the journaled steps in the same order on every replay; new steps "
+                    "may only follow them. Deploy the change as a workflow of another name, or restart() the "
+                    "instance to run it from the top under the new code.",
+                    step=key, expected_step=expected, position=position + 1,
+                ))
+        entry = self.journal.get(key)
+        if entry is not None and entry.kind != kind:
+            self.fail_fatally(NonDeterminismError(
+                f"Step {key!r} of instance {self.instance}: the journal has it as a {entry.kind} step, "
+                f"but this replay reached it as a {kind} step. run() must call the same steps in the same "
+                "order on every replay; to change a workflow's shape, give the new version another name "
+                "or restart the instance.",
+                step=key, journaled_kind=entry.kind, replayed_kind=kind,
+            ))
+        return entry
+
+    def count_step(self, key: str, journaled: bool) -> None:
+        self.steps_taken += 1
+        if self.steps_taken > self.step_limit and not journaled:
+            self.fail_fatally(StepLimitExceeded(
+                f"Instance {self.instance} reached the step limit of {self.step_limit} steps "
+                "(step.do and step.wait_for_event; sleeps do not count) at step "
+                f"{key!r}. Set step_limit on the workflow class (at most {HARD_STEP_LIMIT}) "
+                "or split the work across instances.",
+                step=key, limit=self.step_limit,
+            ))
+
+    def after_write(self, status: str, key: str) -> None:
+        if status == InstanceStatus.WAITING_FOR_PAUSE:
+            raise Suspend(pause=True, step_key=key)

@@ -1,4 +1,5 @@
-"""Test your workflows in milliseconds: an inline executor and a clock that moves only when told.
+"""Test your workflows in milliseconds: a recording executor, whose replays run in the test when it
+says so, and a clock that moves only when told.
 
     from django_workflows.testing import run_workflows
 

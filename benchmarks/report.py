@@ -254,9 +254,9 @@ METHOD = """\
 ## How it was measured
 
 `make bench` (`python -m benchmarks`) creates a fresh SQLite file (WAL, `synchronous=NORMAL`, `BEGIN
-IMMEDIATE`: the OPTIONS of `tests/settings.py`) and PostgreSQL databases of its own (`bench_workflows`,
+IMMEDIATE`: the test suite's OPTIONS) and PostgreSQL databases of its own (`bench_workflows`,
 `bench_workflows_dbos`, dropped at the end), and runs each part in a child process configured by
-`benchmarks/settings.py` (the test settings with the `benchmarks` app, whose `workflows.py` the worker
+`benchmarks/settings.py` (settings of their own, with the `benchmarks` app, whose `workflows.py` the worker
 subprocesses load too). Every figure is the median of the runs, with (min–max); ratios are taken pair by
 pair within one run, then summarised. The machine has {cores} cores and is shared with other engineers'
 test suites, so figures are noisy (load average at the end: {load}).

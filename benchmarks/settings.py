@@ -1,4 +1,4 @@
-"""Settings for the benchmarks: the test suite's, with the benchmark app and one database.
+"""Settings for the benchmarks: the benchmark app and one database.
 
 The database (the same variables as ``tests/workers.py`` uses):
 
@@ -18,15 +18,74 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
-from tests.settings import *  # noqa: F401,F403
-from tests.settings import INSTALLED_APPS as _TEST_APPS
-from tests.settings import SQLITE_OPTIONS, database_from_url
+SECRET_KEY = "benchmarks-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "benchmarks.urls"
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
-    app for app in _TEST_APPS if app not in ("examples", "tests.testapp.apps.TestAppConfig")
-] + ["benchmarks.apps.BenchmarksConfig"]
-ROOT_URLCONF = "benchmarks.urls"
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_workflows",  # before django_q, as the README says
+    "django_q",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "benchmarks.apps.BenchmarksConfig",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+
+def database_from_url(url: str) -> dict:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL must be a postgres:// URL, got {url!r}")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+    }
+
+
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    # NORMAL by default, as in the test suite; BENCH_SQLITE_SYNCHRONOUS=FULL measures README's setting.
+    "init_command": "PRAGMA journal_mode=WAL; "
+                    f"PRAGMA synchronous={os.environ.get('BENCH_SQLITE_SYNCHRONOUS', 'NORMAL')};",
+}
 
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
@@ -37,8 +96,7 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ.get("TEST_DATABASE_NAME")
             or str(Path(tempfile.gettempdir()) / "bench-workflows.sqlite3"),
-            "OPTIONS": {**SQLITE_OPTIONS, "init_command": SQLITE_OPTIONS["init_command"].replace(
-                "synchronous=NORMAL", f"synchronous={os.environ.get('BENCH_SQLITE_SYNCHRONOUS', 'NORMAL')}")},
+            "OPTIONS": SQLITE_OPTIONS,
         }
     }
 

@@ -29,7 +29,7 @@ def check_settings(app_configs=None, **kwargs):
     user = getattr(settings, "DJANGO_WORKFLOWS", None) or {}
     if not isinstance(user, dict):
         return [Error("DJANGO_WORKFLOWS must be a dict.", hint="Set DJANGO_WORKFLOWS = {...} in settings.",
-                      id="django_workflows.E001")]
+                      id="django_workflows.E011")]
     for key in workflow_settings.unknown_keys():
         messages.append(Error(
             f"Unknown DJANGO_WORKFLOWS setting {key!r}.",
@@ -53,7 +53,7 @@ def check_settings(app_configs=None, **kwargs):
             messages.append(Error(
                 f"DJANGO_WORKFLOWS['EXECUTOR'] = {workflow_settings.EXECUTOR!r} is not a BaseExecutor subclass.",
                 hint="Subclass django_workflows.executors.base.BaseExecutor.",
-                id="django_workflows.E002",
+                id="django_workflows.E015",
             ))
         else:
             try:
@@ -95,14 +95,14 @@ def check_settings(app_configs=None, **kwargs):
             messages.append(Error(
                 f"DJANGO_WORKFLOWS[{key!r}] must be a number of seconds above 0 and at most 60, got {value!r}.",
                 hint=f"The default is {DEFAULTS[key]}.",
-                id="django_workflows.E006",
+                id="django_workflows.E016",
             ))
     retention = workflow_settings.RETENTION_DAYS
     if retention is not None and not _positive_int(retention):
         messages.append(Error(
             f"DJANGO_WORKFLOWS['RETENTION_DAYS'] must be a positive whole number of days or None, got {retention!r}.",
             hint="The default is 30; None keeps finished instances for ever.",
-            id="django_workflows.E006",
+            id="django_workflows.E017",
         ))
     limit = workflow_settings.STEP_LIMIT
     if not _positive_int(limit) or limit > HARD_STEP_LIMIT:
@@ -137,7 +137,7 @@ def check_workflows(app_configs=None, **kwargs):
             messages.append(Error(
                 f"{where}.step_limit must be a whole number from 1 to {HARD_STEP_LIMIT}, got {cls.step_limit!r}.",
                 hint="Lower it, or split the work across several instances.",
-                id="django_workflows.E005",
+                id="django_workflows.E018",
             ))
         if not isinstance(cls.name, str) or not is_workflow_name(cls.name):
             messages.append(Error(

@@ -25,6 +25,7 @@ import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from django.db import DatabaseError
 
@@ -35,6 +36,12 @@ logger = logging.getLogger("django_workflows.clock")
 REFRESH_SECONDS = 60.0
 # After a failed reading, the next attempt waits this long (the database may be restarting).
 RETRY_SECONDS = 5.0
+
+
+class Clock(Protocol):
+    """What ``use()`` installs: anything that tells the time."""
+
+    def now(self) -> datetime: ...
 
 
 class ClockUnavailable(DatabaseError):
@@ -146,35 +153,17 @@ class DatabaseClock:
         self._base, self._read_at = server_time.astimezone(UTC), (before + after) / 2
 
 
-class ManualClock:
-    """A clock that stands still until ``advance()`` moves it."""
-
-    def __init__(self, start: datetime | None = None):
-        self._now = start or datetime.now(UTC)
-
-    def now(self) -> datetime:
-        return self._now
-
-    def advance(self, delta: timedelta) -> None:
-        self._now += delta
-
-    def set(self, moment: datetime) -> None:
-        if moment < self._now:
-            raise ValueError(f"the clock cannot go back from {self._now} to {moment}")
-        self._now = moment
-
-
 database_clock = DatabaseClock()
 # A child forked while another thread held the lock would never read the clock again.
 os.register_at_fork(after_in_child=lambda: setattr(database_clock, "_lock", threading.Lock()))
-_clock: SystemClock | DatabaseClock | ManualClock = database_clock
+_clock: Clock = database_clock
 
 
 def now() -> datetime:
     return _clock.now()
 
 
-def use(clock) -> SystemClock | DatabaseClock | ManualClock:
+def use(clock: Clock) -> Clock:
     """Install ``clock`` and return the one it replaces."""
     global _clock
     previous, _clock = _clock, clock

@@ -5,7 +5,7 @@ import pytest
 
 @pytest.fixture
 def workflows_env(db):
-    """``run_workflows()`` as a fixture: an inline executor and a manual clock, with database access."""
+    """``run_workflows()`` as a fixture: a recording executor and a manual clock, with database access."""
     from django_workflows.testing import run_workflows
 
     with run_workflows() as env:

@@ -1,4 +1,5 @@
-"""Test your workflows in milliseconds: an inline executor and a clock that moves only when told.
+"""Test your workflows in milliseconds: a recording executor, whose replays run in the test when it
+says so, and a clock that moves only when told.
 
     from django_workflows.testing import run_workflows
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from django_workflows import clock, executors
 from django_workflows.durations import parse_duration
@@ -47,8 +48,26 @@ class RecordingExecutor(BaseExecutor):
         self.enqueued.clear()
 
 
+class ManualClock:
+    """A clock that stands still until ``advance()`` moves it."""
+
+    def __init__(self, start: datetime | None = None):
+        self._now = start or datetime.now(UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, delta: timedelta) -> None:
+        self._now += delta
+
+    def set(self, moment: datetime) -> None:
+        if moment < self._now:
+            raise ValueError(f"the clock cannot go back from {self._now} to {moment}")
+        self._now = moment
+
+
 class WorkflowTestEnv:
-    def __init__(self, executor: RecordingExecutor, test_clock: clock.ManualClock):
+    def __init__(self, executor: RecordingExecutor, test_clock: ManualClock):
         self.executor = executor
         self.clock = test_clock
 
@@ -114,7 +133,7 @@ def run_workflows(start: datetime | None = None) -> Iterator[WorkflowTestEnv]:
     ``DJANGO_WORKFLOWS`` inside the block keeps the recording executor).
     """
     executor = RecordingExecutor()
-    test_clock = clock.ManualClock(start)
+    test_clock = ManualClock(start)
     executors.push_override(executor)
     previous = clock.use(test_clock)
     try:

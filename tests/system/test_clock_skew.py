@@ -128,7 +128,7 @@ def test_a_thread_that_finds_the_first_reading_under_way_waits_for_it():
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_with_the_clock_unread_a_replay_takes_no_lease_and_the_api_answers_503(workflows_env):
-    # workflows_env: the inline executor, so creating the instance queues nothing elsewhere.
+    # workflows_env: the recording executor, so creating the instance queues nothing elsewhere.
     handle = workflows.get("approval").create(id="unread-clock", params={})
     before = Instance.objects.values().get(pk=handle.pk)
     client = APIClient()

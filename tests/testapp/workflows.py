@@ -276,7 +276,7 @@ class Terminator(WorkflowEntrypoint):
 
 
 class Spawner(WorkflowEntrypoint):
-    """Creates another instance from a step: the inline executor must not recurse."""
+    """Creates another instance from a step: the child's replay must not run inside the parent's."""
 
     def run(self, event, step):
         from django_workflows import workflows
@@ -362,7 +362,8 @@ class Poison(WorkflowEntrypoint):
             _bump(f"{event.instance_id}:poison")
             if "TEST_WORKFLOWS_SETTINGS" not in os.environ:
                 # Not a worker process of tests/workers.py: an instance replayed in the test process
-                # itself (an inline executor) must not take the test run down with it.
+                # itself (the recording executor of workflows_env, or the inline executor) must not take the
+                # test run down with it.
                 raise RuntimeError("the poison workflow kills only worker processes")
             os.kill(os.getpid(), signal.SIGKILL)
 

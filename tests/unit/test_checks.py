@@ -1,5 +1,8 @@
 """One test per system check id, and one through manage.py check."""
 
+import ast
+from pathlib import Path
+
 import pytest
 from django.core.management import call_command
 from django.test import override_settings
@@ -24,10 +27,20 @@ def test_e001_unknown_setting():
     assert message.id == "django_workflows.E001" and "STEP_LIMT" in message.msg and "STEP_LIMIT" in message.hint
 
 
-@pytest.mark.parametrize("path", ["no.such.Executor", "django_workflows.conf.WorkflowSettings"])
-def test_e002_executor(path):
-    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": path}):
+@override_settings(DJANGO_WORKFLOWS=["STEP_LIMIT", 5])
+def test_e011_settings_that_are_not_a_dict():
+    [message] = checks.check_settings()
+    assert message.id == "django_workflows.E011" and "must be a dict" in message.msg
+
+
+def test_e002_executor_that_cannot_be_imported():
+    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "no.such.Executor"}):
         assert ids(checks.check_settings()) == ["django_workflows.E002"]
+
+
+def test_e015_executor_that_is_not_a_base_executor():
+    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "django_workflows.conf.WorkflowSettings"}):
+        assert ids(checks.check_settings()) == ["django_workflows.E015"]
 
 
 @pytest.mark.parametrize("config", [{"retries": {"limit": -1}}, {"timeout": "1 minute"},
@@ -60,10 +73,10 @@ def test_e004_duplicate_names():
 
 
 @pytest.mark.parametrize("limit", [0, 25_001, "many"])
-def test_e005_step_limit_of_a_workflow(limit):
+def test_e018_step_limit_of_a_workflow(limit):
     cls = type("TooMany", (WorkflowEntrypoint,), {"step_limit": limit, "run": lambda self, e, s: None})
     try:
-        assert ids(checks.check_workflows()) == ["django_workflows.E005"]
+        assert ids(checks.check_workflows()) == ["django_workflows.E018"]
     finally:
         registry.unregister(cls)
 
@@ -77,6 +90,19 @@ def test_e005_step_limit_setting():
 def test_e006_sizes(key):
     with override_settings(DJANGO_WORKFLOWS={key: 0}):
         assert ids(checks.check_settings()) == ["django_workflows.E006"]
+
+
+@pytest.mark.parametrize("key", checks.INTERVAL_SETTINGS)
+@pytest.mark.parametrize("value", [0, 61, "5", True])
+def test_e016_intervals(key, value):
+    with override_settings(DJANGO_WORKFLOWS={key: value}):
+        assert ids(checks.check_settings()) == ["django_workflows.E016"]
+
+
+@pytest.mark.parametrize("days", [0, -1, 1.5, "30"])
+def test_e017_retention_days(days):
+    with override_settings(DJANGO_WORKFLOWS={"RETENTION_DAYS": days}):
+        assert ids(checks.check_settings()) == ["django_workflows.E017"]
 
 
 def test_e007_name():
@@ -129,3 +155,52 @@ def test_checks_fail_manage_py_check():
 
     with override_settings(DJANGO_WORKFLOWS={"BOGUS": 1}), pytest.raises(SystemCheckError, match="E001"):
         call_command("check")
+
+
+CHECK_SOURCES = ["checks.py", "executors/q2.py"]
+
+
+def _message_text(node) -> str:
+    """A check message's first argument as a template: the literal text, with ``{}`` for each
+    interpolated value."""
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return "".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values)
+    return ast.unparse(node)
+
+
+def check_ids_in_source(source: str) -> dict[str, set[str]]:
+    """Each ``id="django_workflows..."`` in the source's Error and Warning calls, with the message
+    templates that use it."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("Error", "Warning", "Critical", "Info", "Debug")):
+            continue
+        [id_] = [kw.value.value for kw in node.keywords if kw.arg == "id"]
+        found.setdefault(id_, set()).add(_message_text(node.args[0]))
+    return found
+
+
+def test_each_check_id_names_one_problem():
+    package = Path(checks.__file__).parent
+    found: dict[str, set[str]] = {}
+    for name in CHECK_SOURCES:
+        for id_, texts in check_ids_in_source((package / name).read_text()).items():
+            assert id_ not in found, f"{id_} is used in more than one module"
+            found[id_] = texts
+    assert len(found) > 20 and all(id_.startswith("django_workflows.") for id_ in found)
+    reused = {id_: sorted(texts) for id_, texts in found.items() if len(texts) > 1}
+    assert reused == {}, "each check id must name one problem"
+
+
+def test_the_id_collector_sees_an_id_reused_for_two_problems():
+    source = (
+        'Error("A is wrong.", id="django_workflows.E900")\n'
+        'Error(f"B is {b}.", id="django_workflows.E900")\n'
+        'Error(f"C is {c}.", id="django_workflows.E901")\n'
+        'Error(f"C is {d}.", id="django_workflows.E901")\n'
+    )
+    assert check_ids_in_source(source) == {"django_workflows.E900": {"A is wrong.", "B is {}."},
+                                           "django_workflows.E901": {"C is {}."}}

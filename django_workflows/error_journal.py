@@ -24,12 +24,18 @@ class StepFailed(WorkflowError):
     """A journaled step error whose original class cannot be rebuilt here."""
 
 
+# Classes the package moved, by the address journals written before the move hold: a replay after an
+# upgrade (or beside an older worker in a rolling deploy) rebuilds them as the same class.
+MOVED_CLASSES = {"django_workflows.engine:StepFailed": "django_workflows.error_journal:StepFailed"}
+
+
 def rebuild_error(error: dict) -> Exception:
     """The journaled error as an exception of its original class, so ``except`` clauses match alike
     on the first run and on every replay."""
     message = error.get("message", "")
     cls = None
-    module_name, _, qualname = (error.get("type") or "").partition(":")
+    address = error.get("type") or ""
+    module_name, _, qualname = MOVED_CLASSES.get(address, address).partition(":")
     if module_name and qualname:
         try:
             cls = importlib.import_module(module_name)

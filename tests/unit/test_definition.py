@@ -148,3 +148,13 @@ def test_the_executor_follows_settings():
     with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}):
         assert isinstance(get_executor(), InlineExecutor)
     assert isinstance(get_executor(), DjangoQExecutor)
+
+
+def test_an_error_journaled_under_a_class_the_package_moved_is_rebuilt_as_that_class():
+    from django_workflows.error_journal import StepFailed, describe_error, rebuild_error
+
+    before_the_move = {"name": "StepFailed", "message": "card declined",
+                       "type": "django_workflows.engine:StepFailed"}
+    rebuilt = rebuild_error(before_the_move)
+    assert type(rebuilt) is StepFailed and str(rebuilt) == "card declined"
+    assert rebuild_error(describe_error(rebuilt)).args == rebuilt.args

@@ -16,13 +16,17 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from django.db import connections
-from django.utils import timezone
-from django_q.brokers.orm import ORM
-from django_q.conf import Conf
-from django_q.models import OrmQ
+from django_workflows.errors import require_extra
 
-from django_workflows import changes
+require_extra("django_q", "q2", "The ORM broker (django_workflows.broker.ORMBroker)")
+
+from django.db import connections  # noqa: E402
+from django.utils import timezone  # noqa: E402
+from django_q.brokers.orm import ORM  # noqa: E402
+from django_q.conf import Conf  # noqa: E402
+from django_q.models import OrmQ  # noqa: E402
+
+from django_workflows import changes  # noqa: E402
 from django_workflows.conf import workflow_settings
 
 # The longest a dequeue blocks: django-q2's pusher checks for a stop between two dequeues.

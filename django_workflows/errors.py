@@ -57,6 +57,23 @@ class WorkflowConfigError(WorkflowError, ImproperlyConfigured):
     """A workflow or step is configured wrongly: fix the code, not the data."""
 
 
+class MissingExtra(WorkflowConfigError, ImportError):
+    """A part of the package needs a library its extra installs (``[q2]``, ``[api]``), and it is missing."""
+
+
+def require_extra(module: str, extra: str, part: str) -> None:
+    """Raise ``MissingExtra`` unless ``module`` can be imported: a part of the package that needs an
+    optional library says which extra to install, instead of an ImportError from deep inside."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtra(
+            f"{part} needs the {module!r} package, which is not installed: "
+            f"pip install 'django-durable-workflows[{extra}]'.",
+            module=module, extra=extra,
+        )
+
+
 class InvalidStepInput(WorkflowError, ValueError):
     """A step was called with an argument it cannot accept (a bad name, duration, type...)."""
 

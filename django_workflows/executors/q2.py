@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from django.core.checks import Error, Warning
 from django.db import router
 
-from django_workflows.errors import WorkflowConfigError
+from django_workflows.errors import WorkflowConfigError, require_extra
 from django_workflows.executors import q2_conf
 from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, BaseExecutor, run_task
 from django_workflows.executors.q2_conf import ORM_BROKER, q_cluster
@@ -35,6 +35,7 @@ class DjangoQExecutor(BaseExecutor):
     def __init__(self, **options):
         super().__init__(**options)
         # Refused here, before an instance is written that no task could ever be enqueued for.
+        require_extra("django_q", "q2", "The django-q2 executor (DJANGO_WORKFLOWS['EXECUTOR'])")
         problem = q2_conf.missing_broker_package()
         if problem:
             raise WorkflowConfigError(problem)

@@ -8,6 +8,7 @@
 Notifications are sent when the transaction commits, once per channel and transaction.
 """
 
+from django.apps import apps as installed_apps
 from django.db import migrations
 
 FUNCTIONS = {
@@ -55,9 +56,10 @@ def uninstall(apps, schema_editor):
 
 class Migration(migrations.Migration):
 
-    dependencies = [
-        ("django_workflows", "0004_wake_index"),
-        ("django_q", "0007_ormq"),
-    ]
+    # After django-q2's queue table, when django-q2 is installed: a project that runs replays on another
+    # executor (the package's q2 extra left out) has no such table, and install() skips its trigger.
+    dependencies = [("django_workflows", "0004_wake_index")] + (
+        [("django_q", "0007_ormq")] if installed_apps.is_installed("django_q") else []
+    )
 
     operations = [migrations.RunPython(install, uninstall, elidable=False)]

@@ -1,5 +1,6 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from django_workflows.errors import MissingExtra, require_extra
 from django_workflows.worker import Worker
 
 
@@ -19,4 +20,9 @@ class Command(BaseCommand):
         if workers is not None and workers < 1:
             self.stderr.write("--workers must be 1 or more.")
             raise SystemExit(2)
+        if not no_cluster:
+            try:
+                require_extra("django_q", "q2", "workflows_worker's cluster")
+            except MissingExtra as exc:
+                raise CommandError(f"{exc} Or run only the timers and the sweeper: --no-cluster.") from None
         Worker(workers=workers, max_seconds=max_seconds, run_cluster=not no_cluster).run()

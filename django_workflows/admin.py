@@ -30,12 +30,12 @@ from django_workflows import audit, clock, declared_events
 from django_workflows.approvals import approval_awaited, awaiting_approval, decision_refused
 from django_workflows.definition import registry
 from django_workflows.describe import describe_event, describe_step, describe_workflow, status_counts
-from django_workflows.diagram import diagram_for
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.drawing.timeline import human_duration, render_timeline, when
 from django_workflows.errors import InvalidTransition, WorkflowError, WorkflowNotFound
 from django_workflows.instances import InstanceHandle
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
+from django_workflows.outline import diagram_for
 from django_workflows.templatetags.workflows_admin import readable_json, status_badge_html
 from django_workflows.transitions import TRANSITIONS, offered
 

@@ -241,7 +241,7 @@ def sqlite_messages(alias: str, database: dict):
 def _undeclared_waits(cls, where: str) -> list[Error]:
     """``step.wait_for_event`` calls whose literal types the class's ``events`` does not declare: they
     would wait out their timeout, since no sender may send those types."""
-    from django_workflows.diagram import parse_workflow_class
+    from django_workflows.outline import parse_workflow_class
 
     messages = []
     for step in parse_workflow_class(cls).steps():

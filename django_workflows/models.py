@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import EmptyResultSet
 from django.db import NotSupportedError, models
-from django.db.models import Lookup, Q
+from django.db.models import Count, F, Lookup, Q
 
 
 class InstanceStatus(models.TextChoices):
@@ -36,6 +36,14 @@ ACTIVE_STATUSES = tuple(status for status in InstanceStatus if status not in FIN
 class InstanceQuerySet(models.QuerySet):
     def for_workflow(self, name: str):
         return self.filter(workflow_name=name)
+
+    def workflow_names(self):
+        """The names of the workflows that have instances stored, whether or not they are defined now."""
+        return self.order_by().values_list("workflow_name", flat=True).distinct()
+
+    def for_steering(self):
+        """Only what names each instance (its pk, workflow and id): enough to steer it by its handle."""
+        return self.only("pk", "instance_id", "workflow_name")
 
     def due(self, now):
         """Waiting instances whose wake time has come."""
@@ -177,6 +185,25 @@ class StepStatus(models.TextChoices):
     """A sleep, or a wait for an event, until ``wake_at``."""
 
 
+class StepQuerySet(models.QuerySet):
+    def journal_of(self, instance: Instance):
+        """An instance's journal, in the order its steps were written."""
+        return self.filter(instance_id=instance.pk).order_by("id")
+
+    def began_at(self, instance: Instance, key: str):
+        """When the step ``key`` of ``instance`` began, or None if it has no such step (one query)."""
+        return self.filter(instance_id=instance.pk, key=key).values_list("started_at", flat=True).first()
+
+    def progress_of(self, instance: Instance) -> dict[str, dict[str, int]]:
+        """How many of an instance's steps of each name are in each status: ``{name: {status: count}}``,
+        in one query."""
+        progress: dict[str, dict[str, int]] = {}
+        rows = self.filter(instance_id=instance.pk).values("name", "status").annotate(n=Count("id"))
+        for row in rows.order_by():
+            progress.setdefault(row["name"], {})[row["status"]] = row["n"]
+        return progress
+
+
 class Step(models.Model):
     """One journal row: the durable outcome of one step of one instance."""
 
@@ -193,6 +220,8 @@ class Step(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
 
+    objects = StepQuerySet.as_manager()
+
     class Meta:
         ordering = ["instance", "id"]
         constraints = [
@@ -206,6 +235,33 @@ class Step(models.Model):
 class EventQuerySet(models.QuerySet):
     def unconsumed(self):
         return self.filter(consumed_by__isnull=True)
+
+    def inbox_of(self, instance: Instance):
+        """Every event sent to an instance, consumed or not, each with the key of the step that consumed
+        it (``consumed_key``; None while it waits)."""
+        return self.filter(instance_id=instance.pk).annotate(consumed_key=F("consumed_by__key"))
+
+    def buffered(self):
+        """The events no wait has consumed yet, oldest first: the order waits take them in."""
+        return self.unconsumed().order_by("received_at", "id")
+
+    def latest_consumed(self):
+        """The events a wait consumed, newest first."""
+        return self.filter(consumed_by__isnull=False).order_by("-received_at", "-id")
+
+    def around(self, steps, received_since=None, received_until=None):
+        """The events that belong with a stretch of the journal, oldest first: those its ``steps``
+        consumed, and those received between ``received_since`` and ``received_until`` (an open end
+        reaches the first or the last event; with both open, every event)."""
+        received = {}
+        if received_since is not None:
+            received["received_at__gte"] = received_since
+        if received_until is not None:
+            received["received_at__lte"] = received_until
+        events = self
+        if received:
+            events = self.filter(Q(consumed_by__in=[step.pk for step in steps]) | Q(**received))
+        return events.order_by("received_at", "id")
 
     def waiting_for(self, instance_pk: int, types):
         """Buffered events of ``types`` for an instance, oldest first."""

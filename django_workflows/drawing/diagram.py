@@ -1,4 +1,4 @@
-"""Draws a ``django_workflows.diagram.Diagram`` as a top-to-bottom flow chart in SVG.
+"""Draws a ``django_workflows.outline.Diagram`` as a top-to-bottom flow chart in SVG.
 
 Each node of the tree becomes a block that knows its size; a block draws itself at a position, with
 control entering at the middle of its top edge and leaving at the middle of its bottom edge (unless
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import textwrap
 
-from django_workflows.diagram import Branch, Diagram, Exit, Loop, Step, Try
 from django_workflows.drawing.svg import ARROW_DEFS, CHAR_WIDTH, Canvas, Drawing, fit
+from django_workflows.outline import Branch, Diagram, Exit, Loop, Step, Try
 
 STEP_W, STEP_H = 230, 48
 EXIT_W, EXIT_H = 210, 30

@@ -5,9 +5,9 @@ from xml.etree import ElementTree
 import pytest
 
 from django_workflows import WorkflowEntrypoint
-from django_workflows.diagram import Branch, Exit, Loop, Step, Try, diagram_for, parse_workflow_class
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.errors import WorkflowNotFound
+from django_workflows.outline import Branch, Exit, Loop, Step, Try, diagram_for, parse_workflow_class
 
 
 def shape(nodes):

@@ -1,6 +1,6 @@
-"""A workflow's shape, read from the source of its ``run()``, the way Cloudflare draws a diagram from code.
+"""A workflow's outline, read from the source of its ``run()``, the way Cloudflare draws a diagram from code.
 
-    from django_workflows.diagram import diagram_for
+    from django_workflows.outline import diagram_for
     diagram = diagram_for("payment-approval")
     diagram.body   # [Step(kind="do", name="validate-payment"), ..., Try(...), Step(kind="do", name="charge")]
 

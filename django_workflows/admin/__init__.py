@@ -1,0 +1,44 @@
+"""The admin: instances, their journal and inbox, the approval queue, and each workflow's diagram.
+
+The journal is read-only here. Every button (approve, reject, send an event, pause, resume, terminate,
+restart) goes through the instance's handle, the same path as the Python API, so the engine's
+conditional updates decide whether a change is allowed; the admin only reports what they said.
+
+One ModelAdmin for ``Instance``, assembled from a mixin per page: the list (``instance_list``), the
+instance page (``instance_page``), steering from both (``steering``), the approval queue and its
+decisions (``approvals``), and the workflows' pages (``workflows``), over what they share (``base``).
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+from django_workflows.admin.approvals import ApprovalQueue
+from django_workflows.admin.base import InstanceAdminBase
+from django_workflows.admin.instance_list import InstanceList
+from django_workflows.admin.instance_page import InstancePage
+from django_workflows.admin.steering import Steering
+from django_workflows.admin.workflows import WorkflowPages
+from django_workflows.models import Instance
+
+
+@admin.register(Instance)
+class InstanceAdmin(InstanceList, InstancePage, Steering, ApprovalQueue, WorkflowPages, InstanceAdminBase):
+    def get_urls(self):
+        """The pages and buttons beyond the list and the instance page, before the ModelAdmin's own
+        (whose ``<object_id>/`` would take them)."""
+
+        def wrap(view):
+            return self.admin_site.admin_view(view)
+
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("approvals/", wrap(self.approvals_view), name=f"{prefix}_approvals"),
+            path("workflows/", wrap(self.workflows_view), name=f"{prefix}_workflows"),
+            path("workflow/<str:name>/", wrap(self.workflow_view), name=f"{prefix}_workflow"),
+            path("<path:object_id>/steer/<str:action>/", wrap(self.steer_view), name=f"{prefix}_steer"),
+            path("<path:object_id>/decide/", wrap(self.decide_view), name=f"{prefix}_decide"),
+            path("<path:object_id>/send-event/", wrap(self.send_event_view), name=f"{prefix}_send_event"),
+            *super().get_urls(),
+        ]

@@ -1,0 +1,100 @@
+"""The approval queue, and the decision a person sends from it or from the instance page: approve or
+reject, sent as the event type the instance's wait declares an approval."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpResponseNotAllowed
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from django_workflows import clock
+from django_workflows.admin.base import refuse_nul
+from django_workflows.admin.forms import DecisionForm
+from django_workflows.approvals import approval_awaited, awaiting_approval, decision_refused
+from django_workflows.models import InstanceStatus
+from django_workflows.templatetags.workflows_admin import readable_json
+
+APPROVALS_PER_PAGE = 50
+
+
+class ApprovalQueue:
+    """The queue's page and the decide view behind its buttons and the instance page's."""
+
+    def approvals_view(self, request):
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        refuse_nul(request)
+        queue = awaiting_approval()
+        workflow = request.GET.get("workflow") or None
+        if workflow:
+            queue = queue.for_workflow(workflow)
+        page = Paginator(queue, APPROVALS_PER_PAGE).get_page(request.GET.get("page"))
+        rows = [
+            {
+                "instance": instance,
+                "awaiting": (awaiting := approval_awaited(instance)),
+                "refused": decision_refused(request.user, instance, awaiting),
+                "waiting_for": instance.waiting_for,
+                "url": reverse("admin:django_workflows_instance_change", args=[instance.pk]),
+                "decide_url": reverse("admin:django_workflows_instance_decide", args=[instance.pk]),
+                "params": readable_json(instance.params),
+            }
+            for instance in page.object_list
+        ]
+        context = self._page_context(
+            request,
+            "Waiting for approval",
+            page=page,
+            rows=rows,
+            workflow=workflow,
+            now=clock.now(),
+        )
+        return TemplateResponse(request, "django_workflows/admin/approvals.html", context)
+
+    def decide_view(self, request, object_id):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.can_send_events(request):
+            raise PermissionDenied
+        instance = self._instance_or_404(request, object_id)
+        form = DecisionForm(request.POST)
+        if not form.is_valid():
+            self._form_errors(request, form)
+        elif instance.status != InstanceStatus.WAITING or not instance.waiting_for:
+            self.message_user(
+                request,
+                f"Nothing was sent: {instance} is {instance.status}, not waiting for an event.",
+                messages.ERROR,
+            )
+        elif form.cleaned_data["step"] != instance.current_step:
+            self.message_user(
+                request,
+                f"Nothing was sent: {instance} no longer waits at step "
+                f"{form.cleaned_data['step']!r} but at {instance.current_step!r}; "
+                "look at it again before deciding.",
+                messages.ERROR,
+            )
+        elif (event_type := approval_awaited(instance)) is None:
+            self.message_user(
+                request,
+                f"Nothing was sent: {instance} waits for {' or '.join(map(repr, instance.waiting_for))}, "
+                f"which workflow {instance.workflow_name!r} does not declare as an approval "
+                "(approval: True in its events, or its approvals attribute); send the event with Send an "
+                "event if you mean to.",
+                messages.ERROR,
+            )
+        else:
+            payload = {"outcome": form.cleaned_data["outcome"]}
+            if form.cleaned_data["comment"].strip():
+                payload["comment"] = form.cleaned_data["comment"].strip()
+            self._send(
+                request,
+                instance,
+                event_type,
+                payload,
+                f"{form.cleaned_data['outcome'].capitalize()}: event {event_type!r}",
+            )
+        return self._back(request, instance)

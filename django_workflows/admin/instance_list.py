@@ -1,0 +1,120 @@
+"""The instance list: its columns, the workflow filter, and the bar of counts by status above it. Its
+bulk actions are steering's."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.timezone import localtime
+
+from django_workflows.admin.base import refuse_nul
+from django_workflows.approvals import awaiting_approval
+from django_workflows.definition import registry
+from django_workflows.describe import status_counts
+from django_workflows.models import Instance, InstanceStatus
+from django_workflows.templatetags.workflows_admin import status_badge_html
+
+
+def _moment(value):
+    """A timestamp as the list shows it: compact, sortable, in the current time zone."""
+    if value is None:
+        return "—"
+    local = localtime(value)
+    return format_html(
+        '<time datetime="{}" class="dw-moment">{}<span>{}</span></time>',
+        value.isoformat(),
+        date_format(local, "Y-m-d"),
+        date_format(local, "H:i:s"),
+    )
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request, model_admin):
+        # Workflows defined now, and any whose instances remain after its class was removed.
+        stored = Instance.objects.workflow_names()
+        return [(name, name) for name in sorted(set(registry.names()) | set(stored))]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.for_workflow(self.value())
+        return queryset
+
+
+class InstanceList:
+    """The ModelAdmin's changelist, with the columns and the status bar of a workflows admin."""
+
+    list_display = (
+        "instance_id",
+        "workflow",
+        "status_badge",
+        "current_step",
+        "wake_time",
+        "created",
+        "updated",
+    )
+    list_display_links = ("instance_id",)
+    list_filter = (WorkflowFilter, "status", "created_at")
+    search_fields = ("instance_id",)
+    list_per_page = 50
+    empty_value_display = "—"
+    change_list_template = "django_workflows/admin/instance_change_list.html"
+
+    @admin.display(description="workflow", ordering="workflow_name")
+    def workflow(self, instance):
+        url = reverse("admin:django_workflows_instance_workflow", args=[instance.workflow_name])
+        return format_html(
+            '<a href="{}" title="Diagram of {}">{}</a>', url, instance.workflow_name, instance.workflow_name
+        )
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, instance):
+        return status_badge_html(instance.status)
+
+    @admin.display(description="wake time", ordering="wake_at")
+    def wake_time(self, instance):
+        return _moment(instance.wake_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, instance):
+        return _moment(instance.created_at)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, instance):
+        return _moment(instance.updated_at)
+
+    def changelist_view(self, request, extra_context=None):
+        refuse_nul(request)
+        workflow = request.GET.get(WorkflowFilter.parameter_name) or None
+        per_workflow = status_counts(workflow)
+        totals = dict.fromkeys(InstanceStatus.values, 0)
+        for counts in per_workflow.values():
+            for status, count in counts.items():
+                totals[status] = totals.get(status, 0) + count
+        base = reverse("admin:django_workflows_instance_changelist")
+        scope = {WorkflowFilter.parameter_name: workflow} if workflow else {}
+        status_bar = [
+            {
+                "status": status,
+                "badge": status_badge_html(status),
+                "count": count,
+                "url": f"{base}?{urlencode({**scope, 'status__exact': status})}",
+                "active": request.GET.get("status__exact") == status,
+            }
+            for status, count in totals.items()
+        ]
+        extra_context = {
+            **(extra_context or {}),
+            "status_bar": status_bar,
+            "status_bar_total": sum(totals.values()),
+            "status_bar_all_url": f"{base}?{urlencode(scope)}" if scope else base,
+            "status_bar_workflow": workflow,
+            "approvals_count": awaiting_approval().count(),
+        }
+        return super().changelist_view(request, extra_context)

@@ -1,0 +1,156 @@
+"""The instance page: its journal a page at a time with the timeline of those steps, its workflow's
+diagram marked with its progress, its inbox, the steering buttons, the decision it awaits, and Send an
+event. Nothing on it is a form Django saves: the page is read-only and every button posts to a view."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpResponseNotAllowed
+from django.urls import reverse
+
+from django_workflows import clock
+from django_workflows.admin.forms import SendEventForm
+from django_workflows.admin.steering import steering_buttons
+from django_workflows.approvals import approval_awaited, decision_refused
+from django_workflows.describe import describe_event, describe_step
+from django_workflows.drawing.diagram import render_diagram
+from django_workflows.drawing.timeline import human_duration, render_timeline, when
+from django_workflows.errors import WorkflowNotFound
+from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step
+from django_workflows.outline import diagram_for
+from django_workflows.templatetags.workflows_admin import status_badge_html
+
+STEPS_PER_PAGE = 50
+BUFFERED_SHOWN = 100
+RECEIVED_SHOWN = 50
+EVENTS_DRAWN = 300
+
+
+class InstancePage:
+    """The ModelAdmin's change form, shown read-only with the context of ``instance_context``."""
+
+    change_form_template = "django_workflows/admin/instance_change_form.html"
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context.update(self.instance_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def instance_context(self, request, instance: Instance) -> dict:
+        page = Paginator(Step.objects.journal_of(instance), STEPS_PER_PAGE).get_page(
+            request.GET.get("steps_page")
+        )
+        page_steps = list(page.object_list)
+        described = [describe_step(step) for step in page_steps]
+        active = instance.status not in FINISHED_STATUSES
+        now = clock.now()
+
+        # The events drawn with this page of steps: those its waits consumed, and those received
+        # between its first and last step (from the start on the first page, to now on the last).
+        events = Event.objects.inbox_of(instance)
+        shown = events.around(
+            page_steps,
+            received_since=page_steps[0].started_at if page.number > 1 and page_steps else None,
+            received_until=(
+                max(s.ended_at or s.wake_at or s.started_at for s in page_steps)
+                if page.has_next() and page_steps
+                else None
+            ),
+        )
+        drawn = [describe_event(event, event.consumed_key) for event in shown[:EVENTS_DRAWN]]
+        timeline = (
+            render_timeline(
+                described,
+                drawn,
+                origin=instance.created_at,
+                now=now if active and not page.has_next() else None,
+                first_number=page.start_index() or 1,
+                current_key=instance.current_step,
+            )
+            if page_steps
+            else None
+        )
+
+        buffered = list(events.buffered()[: BUFFERED_SHOWN + 1])
+        consumed = list(events.latest_consumed()[:RECEIVED_SHOWN])
+
+        progress = Step.objects.progress_of(instance)
+        current_name = instance.current_step.rsplit("-", 1)[0] if instance.current_step and active else None
+        diagram_svg, diagram_error = None, ""
+        try:
+            diagram = diagram_for(instance.workflow_name)
+        except WorkflowNotFound as exc:
+            diagram_error = str(exc)
+        else:
+            diagram_error = diagram.error
+            if not diagram.error:
+                diagram_svg = render_diagram(diagram, progress, current_name)
+
+        awaiting = approval_awaited(instance)
+        waiting_since = Step.objects.began_at(instance, instance.current_step) if awaiting else None
+        return {
+            "title": str(instance),
+            "subtitle": None,
+            "instance": instance,
+            "status_badge": status_badge_html(instance.status),
+            "active": active,
+            "now": now,
+            "steps_page": page,
+            # A list: the template shows the page links above and below the journal.
+            "steps_page_range": list(
+                page.paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1)
+            ),
+            "step_rows": [
+                self._step_row(step, data) for step, data in zip(page_steps, described, strict=True)
+            ],
+            "timeline_svg": timeline,
+            "diagram_svg": diagram_svg,
+            "diagram_error": diagram_error,
+            "buffered_events": buffered[:BUFFERED_SHOWN],
+            "more_buffered": len(buffered) > BUFFERED_SHOWN,
+            "consumed_events": consumed,
+            "steering": steering_buttons(instance) if self.can_steer(request) else [],
+            "awaiting": awaiting,
+            "decision_refused": decision_refused(request.user, instance, awaiting),
+            "waiting_since": waiting_since,
+            "can_send_events": self.can_send_events(request),
+            "send_event_form": SendEventForm(
+                initial={"type": instance.waiting_for[0] if active and instance.waiting_for else ""}
+            ),
+            "decide_url": reverse("admin:django_workflows_instance_decide", args=[instance.pk]),
+            "send_event_url": reverse("admin:django_workflows_instance_send_event", args=[instance.pk]),
+            "workflow_url": reverse(
+                "admin:django_workflows_instance_workflow", args=[instance.workflow_name]
+            ),
+        }
+
+    @staticmethod
+    def _step_row(step: Step, data: dict) -> dict:
+        end = step.ended_at
+        return {
+            "step": step,
+            "duration": human_duration((end - step.started_at).total_seconds()) if end else "",
+            "attempts": len(step.attempts or []),
+            "failed_attempts": sum(1 for attempt in step.attempts or [] if not attempt.get("success")),
+            "next_attempt": when(data.get("next_attempt")),
+        }
+
+    def send_event_view(self, request, object_id):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.can_send_events(request):
+            raise PermissionDenied
+        instance = self._instance_or_404(request, object_id)
+        form = SendEventForm(request.POST)
+        if not form.is_valid():
+            self._form_errors(request, form)
+        else:
+            self._send(
+                request,
+                instance,
+                form.cleaned_data["type"],
+                form.cleaned_data["payload"],
+                f"Event {form.cleaned_data['type']!r}",
+            )
+        return self._back(request, instance)

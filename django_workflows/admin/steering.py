@@ -1,0 +1,91 @@
+"""Steering: the instance page's pause, resume, terminate and restart buttons, and the list's bulk
+actions of the same names. Which change applies to which status is ``transitions.TRANSITIONS``; each is
+done through the instance's handle, whose conditional update decides, and the admin reports it."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseNotAllowed
+from django.urls import reverse
+
+from django_workflows.admin.base import handle_for
+from django_workflows.errors import InvalidTransition, WorkflowError
+from django_workflows.models import Instance
+from django_workflows.transitions import TRANSITIONS, offered
+
+
+def steering_buttons(instance: Instance) -> list[dict]:
+    """The instance page's buttons: the changes an instance in its status accepts."""
+    return [
+        {
+            "action": transition.action,
+            "button": transition.button,
+            "confirm": transition.confirm,
+            "url": reverse("admin:django_workflows_instance_steer", args=[instance.pk, transition.action]),
+        }
+        for transition in offered(instance.status)
+    ]
+
+
+class Steering:
+    """The steer view behind the instance page's buttons, and the list's bulk actions."""
+
+    actions = ("pause_selected", "resume_selected", "terminate_selected", "restart_selected")
+
+    def steer_view(self, request, object_id, action):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if action not in TRANSITIONS:
+            raise Http404(f"No such action: {action!r}.")
+        if not self.can_steer(request):
+            raise PermissionDenied
+        instance = self._instance_or_404(request, object_id)
+        try:
+            getattr(handle_for(instance), action)()
+        except InvalidTransition as exc:
+            self.message_user(request, f"Nothing changed: {exc}", messages.WARNING)
+        except WorkflowError as exc:
+            self.message_user(request, f"Could not {action} {instance}: {exc}", messages.ERROR)
+        else:
+            self.message_user(request, f"Instance {instance} {TRANSITIONS[action].past}.", messages.SUCCESS)
+            self.log_change(request, instance, f"{TRANSITIONS[action].past.capitalize()}.")
+        return self._back(request, instance)
+
+    # Bulk actions on the list.
+
+    def _steer_selected(self, request, queryset, action: str) -> None:
+        done, refused = [], []
+        for instance in queryset.for_steering():
+            try:
+                getattr(handle_for(instance), action)()
+            except WorkflowError as exc:
+                refused.append(str(exc))
+            else:
+                done.append(str(instance))
+                self.log_change(request, instance, f"{TRANSITIONS[action].past.capitalize()} from the list.")
+        if done:
+            self.message_user(
+                request,
+                f"{TRANSITIONS[action].past.capitalize()} {len(done)} "
+                f"instance{'s' if len(done) != 1 else ''}: {', '.join(done)}.",
+                messages.SUCCESS,
+            )
+        for reason in refused:
+            self.message_user(request, f"Nothing changed: {reason}", messages.WARNING)
+
+    @admin.action(description="Pause selected instances", permissions=["change"])
+    def pause_selected(self, request, queryset):
+        self._steer_selected(request, queryset, "pause")
+
+    @admin.action(description="Resume selected instances", permissions=["change"])
+    def resume_selected(self, request, queryset):
+        self._steer_selected(request, queryset, "resume")
+
+    @admin.action(description="Terminate selected instances", permissions=["change"])
+    def terminate_selected(self, request, queryset):
+        self._steer_selected(request, queryset, "terminate")
+
+    @admin.action(description="Restart selected instances", permissions=["change"])
+    def restart_selected(self, request, queryset):
+        self._steer_selected(request, queryset, "restart")

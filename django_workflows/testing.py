@@ -78,20 +78,18 @@ class WorkflowTestEnv:
     def run_until_idle(self, max_replays: int = 100_000) -> int:
         """Run queued replays and every instance whose wake time has come, until none is left.
 
-        Returns the number of replays run.
+        Timers fire through the worker's own wake-up code (``store.dispatch.wake_due``) at the test
+        clock's time, so a test sees what a worker would do, not a copy of it. Returns the number of
+        replays run.
         """
-        from django_workflows.models import Instance
         from django_workflows.replay import replay
+        from django_workflows.store.dispatch import wake_due
 
         ran = 0
         while True:
-            if self.executor.queue:
-                replay(self.executor.queue.popleft())
-            else:
-                due = Instance.objects.due(self.now).order_by("wake_at", "pk").values_list("pk", flat=True).first()
-                if due is None:
-                    return ran
-                replay(due)
+            if not self.executor.queue and not wake_due(self.now):
+                return ran
+            replay(self.executor.queue.popleft())
             ran += 1
             if ran >= max_replays:
                 raise RuntimeError(
@@ -106,19 +104,11 @@ class WorkflowTestEnv:
         A retry scheduled by a timer on the way fires too if it is due before the end,
         as it would in real time. Returns the number of replays run.
         """
-        from django_workflows.models import Instance, InstanceStatus
+        from django_workflows.store.dispatch import next_wake_time
 
         target = self.now + parse_duration(duration, what="advance()")
         ran = self.run_until_idle()
-        while True:
-            next_wake = (
-                Instance.objects.filter(status=InstanceStatus.WAITING, wake_at__lte=target)
-                .order_by("wake_at")
-                .values_list("wake_at", flat=True)
-                .first()
-            )
-            if next_wake is None:
-                break
+        while (next_wake := next_wake_time()) is not None and next_wake <= target:
             self.clock.set(max(self.now, next_wake))
             ran += self.run_until_idle()
         self.clock.set(target)

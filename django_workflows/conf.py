@@ -109,6 +109,14 @@ class WorkflowSettings:
             raise AttributeError(f"{name!r} is not a dotted-path setting")
         return import_string(getattr(self, name))
 
+    def import_strings(self, name: str) -> list:
+        """The classes a list-of-dotted-paths setting names, imported once (until the setting changes),
+        not on every request that reads them."""
+        key = f"{name} imported"
+        if key not in self._cache:
+            self._cache[key] = [import_string(path) for path in getattr(self, name)]
+        return self._cache[key]
+
     def reload(self) -> None:
         self._cache.clear()
 

@@ -3,7 +3,6 @@ operations and the schema that describes them."""
 
 from __future__ import annotations
 
-from django.utils.module_loading import import_string
 from rest_framework.authentication import BasicAuthentication
 from rest_framework.exceptions import NotAuthenticated
 
@@ -30,8 +29,10 @@ class APIAccess:
     """A mixin for DRF views: the API's authenticators, its 401s and its JSON errors."""
 
     def get_authenticators(self):
-        paths = workflow_settings.API_AUTHENTICATION_CLASSES
-        classes = default_authenticators() if paths is None else [import_string(p) for p in paths]
+        if workflow_settings.API_AUTHENTICATION_CLASSES is None:
+            classes = default_authenticators()
+        else:
+            classes = workflow_settings.import_strings("API_AUTHENTICATION_CLASSES")
         return [cls() for cls in classes]
 
     def permission_denied(self, request, message=None, code=None):

@@ -7,7 +7,6 @@ import secrets
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
-from django.utils.module_loading import import_string
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status as http
@@ -52,7 +51,7 @@ class WorkflowAPIView(APIAccess, APIView):
     required_permissions: dict[str, str] = {}
 
     def get_permissions(self):
-        return [import_string(path)() for path in workflow_settings.API_PERMISSION_CLASSES]
+        return [cls() for cls in workflow_settings.import_strings("API_PERMISSION_CLASSES")]
 
     def workflow(self, name: str):
         return workflows.get(name)

@@ -93,3 +93,25 @@ def test_unauthenticated_api_errors_name_no_workflow(waiting):
         response = APIClient().get(path)
         assert response.status_code in (401, 403)
         assert "awaiter" not in response.content.decode() and "three-steps" not in response.content.decode()
+
+
+def test_the_api_imports_its_permission_and_authentication_classes_once_not_per_request(waiting, settings,
+                                                                                      monkeypatch):
+    from django_workflows import conf
+
+    imported = []
+    real_import_string = conf.import_string
+    monkeypatch.setattr(conf, "import_string", lambda path: imported.append(path) or real_import_string(path))
+    settings.DJANGO_WORKFLOWS = {"API_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication"]}
+    client = APIClient()
+    client.force_login(waiting)
+    for _ in range(3):
+        assert client.get("/workflows/awaiter/instances/").status_code == 200
+    assert sorted(imported) == sorted([
+        "rest_framework.authentication.SessionAuthentication",
+        "django_workflows.api.permissions.WorkflowModelPermissions",
+    ])
+    settings.DJANGO_WORKFLOWS = {"API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"]}
+    assert client.get("/workflows/awaiter/instances/").status_code == 200
+    assert imported[-1] == "rest_framework.permissions.IsAdminUser"

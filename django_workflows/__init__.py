@@ -4,7 +4,7 @@ Importing this package does not import models: the names that need the app
 registry (``workflows``, ``WorkflowStep``) are resolved lazily on first access.
 """
 
-from django_workflows.definition import WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
+from django_workflows.definition import StepContext, WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
 from django_workflows.error_journal import StepFailed
 from django_workflows.errors import (
     DuplicateDelivery,
@@ -78,6 +78,7 @@ __all__ = [
     "WorkflowError",
     "WorkflowEvent",
     "WorkflowNotFound",
+    "StepContext",
     "WorkflowStep",
     "WorkflowStepEvent",
     "WorkflowTimeoutError",

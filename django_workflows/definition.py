@@ -26,12 +26,34 @@ def kebab_case(name: str) -> str:
 
 @dataclass(frozen=True)
 class WorkflowEvent:
-    """What ``run()`` receives: the instance's params and identity. Read-only."""
+    """What ``run()`` receives: the instance's params and identity. Read-only.
+
+    Read as attributes (``event.payload``) or, as Cloudflare's Python SDK reads it, as keys
+    (``event["payload"]``, ``event["timestamp"]``, ``event["instanceId"]``), so ported code runs as is.
+    """
 
     payload: Any
     timestamp: datetime
     instance_id: str
     workflow_name: str
+
+    _KEYS = {"payload": "payload", "timestamp": "timestamp", "instanceId": "instance_id",
+             "instance_id": "instance_id", "workflowName": "workflow_name", "workflow_name": "workflow_name"}
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return getattr(self, self._KEYS[key])
+        except (KeyError, TypeError):
+            raise KeyError(f"{key!r}: an event has {', '.join(map(repr, self.keys()))}") from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, self._KEYS[key]) if key in self._KEYS else default
+
+    def keys(self) -> list[str]:
+        return ["payload", "timestamp", "instanceId", "workflowName"]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._KEYS
 
 
 class WorkflowEntrypoint:
@@ -152,3 +174,22 @@ class WorkflowStepEvent:
     type: str
     payload: Any
     timestamp: datetime
+
+
+@dataclass(frozen=True)
+class StepIdentity:
+    name: str
+    """The name given to step.do."""
+    count: int
+    """How many times run() has called a step of this name so far, this one included (from 1)."""
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step function receives when it declares a ``ctx`` parameter (Cloudflare's
+    ``WorkflowStepContext``): which step this is, which attempt, and its config with the defaults
+    applied (durations in milliseconds)."""
+
+    step: StepIdentity
+    attempt: int
+    config: dict

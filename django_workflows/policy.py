@@ -14,6 +14,8 @@ from django_workflows.errors import InvalidStepInput, WorkflowConfigError
 
 BACKOFFS = ("constant", "linear", "exponential")
 _TOP_KEYS = {"retries", "timeout"}
+# A step's undo and its config, which the engine takes out before the policy is built (rollbacks).
+_UNDO_KEYS = {"rollback", "rollback_config", "rollbackConfig"}
 _RETRY_KEYS = {"limit", "delay", "backoff"}
 
 
@@ -24,6 +26,9 @@ class StepPolicy:
     retry_delay: timedelta
     backoff: str
     timeout: timedelta
+    delay_function: Any = None
+    """``retries.delay`` given as a function of the attempt that failed (1, 2, ...): its answer, a
+    duration, is the wait, and ``backoff`` is not applied."""
 
     @property
     def max_attempts(self) -> int:
@@ -32,6 +37,8 @@ class StepPolicy:
 
     def delay_after(self, failed_attempts: int) -> timedelta:
         """The wait before the next attempt, once ``failed_attempts`` attempts have failed."""
+        if self.delay_function is not None:
+            return _duration(self.delay_function(failed_attempts), "retries.delay", f"retries.delay({failed_attempts})")
         if self.backoff == "constant":
             return self.retry_delay
         if self.backoff == "linear":
@@ -48,7 +55,8 @@ class StepPolicy:
         return {
             "retries": {
                 "limit": self.retry_limit,
-                "delay": int(self.retry_delay / timedelta(milliseconds=1)),
+                "delay": (int(self.retry_delay / timedelta(milliseconds=1)) if self.delay_function is None
+                          else f"{getattr(self.delay_function, '__name__', 'function')}(attempt)"),
                 "backoff": self.backoff,
             },
             "timeout": int(self.timeout / timedelta(milliseconds=1)),
@@ -65,7 +73,7 @@ def validate_config(config: Any, where: str) -> None:
         return
     if not isinstance(config, dict):
         _fail(where, f"config must be a dict such as {{'retries': {{'limit': 3}}}}, got {type(config).__name__}")
-    unknown = set(config) - _TOP_KEYS
+    unknown = set(config) - _TOP_KEYS - _UNDO_KEYS
     if unknown:
         _fail(where, f"unknown config key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     retries = config.get("retries")
@@ -81,7 +89,7 @@ def validate_config(config: Any, where: str) -> None:
                 _fail(where, f"retries.limit must be a whole number of retries, 0 or more, got {limit!r}")
         if "backoff" in retries and retries["backoff"] not in BACKOFFS:
             _fail(where, f"retries.backoff must be one of {', '.join(BACKOFFS)}, got {retries['backoff']!r}")
-        if "delay" in retries:
+        if "delay" in retries and not callable(retries["delay"]):
             _duration(retries["delay"], where, "retries.delay")
     if "timeout" in config:
         if _duration(config["timeout"], where, "timeout") <= timedelta(0):
@@ -99,11 +107,13 @@ def build_policy(config: dict | None, defaults: dict, where: str) -> StepPolicy:
     validate_config(config, where)
     config = config or {}
     retries = {**defaults.get("retries", {}), **(config.get("retries") or {})}
+    delay = retries["delay"]
     return StepPolicy(
         retry_limit=retries["limit"],
-        retry_delay=_duration(retries["delay"], where, "retries.delay"),
+        retry_delay=timedelta(0) if callable(delay) else _duration(delay, where, "retries.delay"),
         backoff=retries["backoff"],
         timeout=_duration(config.get("timeout", defaults["timeout"]), where, "timeout"),
+        delay_function=delay if callable(delay) else None,
     )
 
 

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError
 
-from django_workflows import clock, declared_events
+from django_workflows import clock, declared_events, rollbacks
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.control_flow import Fenced, StoreError, Suspend
 from django_workflows.definition import WorkflowEvent, registry
@@ -103,6 +103,9 @@ class Replay(JournaledSteps):
         self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
         # Wall-clock time just before the write that releases the lease, for replay_finished.
         self.released: float | None = None
+        # Steps that succeeded with an undo, in the order they succeeded (rollbacks.PendingUndo).
+        self.rollbacks: list = []
+        self.undoing: str | None = None
 
     # The outcome of the whole replay.
 
@@ -175,7 +178,10 @@ class Replay(JournaledSteps):
                 return self.suspend(self.suspended)
             # SystemExit and KeyboardInterrupt raised by the workflow's own code fail the instance
             # instead of the worker: django-q2's workers ignore SIGINT, so they cannot be an operator's.
-            return self.errored(self.fatal or exc, traceback.format_exc())
+            failure_traceback = traceback.format_exc()
+            if self.fatal is None and self.rollbacks:
+                return self.roll_back(exc, failure_traceback)
+            return self.errored(self.fatal or exc, failure_traceback)
         if self.fatal is not None:
             return self.errored(self.fatal, "")
         if self.suspended is not None:
@@ -198,9 +204,31 @@ class Replay(JournaledSteps):
             raise Fenced()
         return InstanceStatus.COMPLETE
 
-    def errored(self, exc: BaseException, tb: str) -> str:
+    def roll_back(self, failure: BaseException, failure_traceback: str) -> str:
+        """run() failed after steps with undos succeeded: run the undos, last first, then error the
+        instance with the failure and the rollback's outcome."""
+        undone = len(self.rollbacks)
+        try:
+            self.rollback_all(failure)
+        except Suspend as suspension:
+            if self.fatal is not None:
+                return self.errored(self.fatal, "")
+            return self.suspend(suspension)
+        except USER_FAILURES as undo_failure:
+            if self.fatal is not None:
+                return self.errored(self.fatal, "")
+            error = describe_error(undo_failure)
+            del error["type"]
+            # The undo that failed was taken off the list; those before it were undone.
+            return self.errored(failure, failure_traceback, rollback=rollbacks.outcome(
+                undone - len(self.rollbacks) - 1, failed_step=self.undoing, error=error))
+        return self.errored(failure, failure_traceback, rollback=rollbacks.outcome(undone))
+
+    def errored(self, exc: BaseException, tb: str, rollback: dict | None = None) -> str:
         error = describe_error(exc)
         del error["type"]
+        if rollback is not None:
+            error["rollback"] = rollback
         now = clock.now()
         if not self._finish(status=InstanceStatus.ERRORED, error=error, traceback=storable_text(tb),
                             ended_at=now, wake_at=None, waiting_for=None):
@@ -306,7 +334,7 @@ class Replay(JournaledSteps):
         if self.steps_taken > self.step_limit and not journaled:
             self.fail_fatally(StepLimitExceeded(
                 f"Instance {self.instance} reached the step limit of {self.step_limit} steps "
-                "(step.do and step.wait_for_event; sleeps do not count) at step "
+                "(step.do; sleeps and waits for events do not count) at step "
                 f"{key!r}. Set step_limit on the workflow class (at most {HARD_STEP_LIMIT}) "
                 "or split the work across instances.",
                 step=key, limit=self.step_limit,

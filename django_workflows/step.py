@@ -8,12 +8,13 @@ journaled. A step that must wait raises ``Suspend``, and the replay ends there.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
-from django_workflows import clock
+from django_workflows import clock, rollbacks
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
-from django_workflows.definition import WorkflowStepEvent
+from django_workflows.definition import StepContext, StepIdentity, WorkflowStepEvent
 from django_workflows.durations import parse_duration
 from django_workflows.error_journal import USER_FAILURES, describe_error, rebuild_error
 from django_workflows.errors import (
@@ -28,6 +29,7 @@ from django_workflows.errors import (
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import build_policy, default_policy
 from django_workflows.serialization import NotJournalable, encode
+from django_workflows.step_functions import StepFunction, call_with_named, wants_context
 from django_workflows.store.journal import Entry, encoded
 from django_workflows.timeouts import call_with_timeout
 from django_workflows.validation import validate_event_type, validate_step_name
@@ -40,28 +42,42 @@ _ZERO = timedelta(0)
 class WorkflowStep:
     """The ``step`` argument of ``run(event, step)``."""
 
-    __slots__ = ("_replay",)
+    __slots__ = ("_replay", "_declared")
 
     def __init__(self, replay: JournaledSteps):
         self._replay = replay
+        # The step functions run() declared with the decorator forms, by function name: a later step
+        # function's parameter of that name receives that step's result.
+        self._declared: dict[str, StepFunction] = {}
 
-    def do(self, name: str, fn=None, *, config: dict | None = None):
-        """Run ``fn`` as a durable step named ``name``, or, without ``fn``, decorate a function
-        so that calling it runs the step: ``@step.do("charge")``."""
+    def do(self, name: str | None = None, fn=None, *, config: dict | None = None, depends=None,
+           concurrent: bool = False):
+        """Run ``fn`` as a durable step named ``name``; or, without ``fn``, declare the decorated
+        function as a step (``@step.do()`` names it after the function, ``@step.do("charge",
+        depends=[reserve])`` runs ``reserve`` first and passes its result in), which its call runs.
+
+        A function with a ``ctx`` parameter receives the step context (``StepContext``). ``config``
+        may name an undo: ``{"rollback": fn, "rollback_config": {...}}`` (see ``rollback_all``)."""
         if fn is None:
+            if name is not None:
+                validate_step_name(name)
+            return lambda func: self._declare(name, func, config, depends, concurrent)
+        if depends or concurrent:
+            raise InvalidStepInput(f"step.do({name!r}): depends and concurrent belong to the decorator form, "
+                                   "@step.do(name, depends=[...])")
+        return self._run_do(name, fn, config)
+
+    def with_rollback(self, name: str | None = None, *, config: dict | None = None, depends=None):
+        """Declare a step with an undo (the Python SDK's form): ``@step.with_rollback("charge")``, then
+        ``@charge.undo`` on the function that undoes it."""
+        if name is not None:
             validate_step_name(name)
+        return lambda func: self._declare(name, func, config, depends, False)
 
-            def decorator(func):
-                def run_step(*args, **kwargs):
-                    call = (lambda: func(*args, **kwargs)) if args or kwargs else func
-                    return self._replay.call(self._replay.do, name, call, config)
-
-                run_step.__name__ = getattr(func, "__name__", "step")
-                run_step.__doc__ = getattr(func, "__doc__", None)
-                return run_step
-
-            return decorator
-        return self._replay.call(self._replay.do, name, fn, config)
+    def rollback_all(self, error: BaseException | None = None) -> None:
+        """Run the undos of every step that succeeded with one, last first, each as a durable step;
+        ``error`` is what their handlers receive as ``error``. A failed ``run()`` calls it by itself."""
+        self._replay.call(self._replay.rollback_all, error)
 
     def sleep(self, name: str, duration) -> None:
         """Wait ``duration`` (milliseconds, or "N unit(s)"), holding no worker."""
@@ -74,6 +90,20 @@ class WorkflowStep:
     def wait_for_event(self, name: str, type, timeout="24 hours") -> WorkflowStepEvent:  # noqa: A002
         """Wait for an event of ``type`` (or of any type in a list), up to ``timeout``."""
         return self._replay.call(self._replay.wait_for_event, name, type, timeout)
+
+    def _run_do(self, name, fn, config):
+        return self._replay.call(self._replay.do, name, fn, config)
+
+    def _declare(self, name, func, config, depends, concurrent) -> StepFunction:
+        if name is None:
+            name = getattr(func, "__name__", None)
+            if not name or name == "<lambda>":
+                raise InvalidStepInput("@step.do() names the step after its function, and a lambda has no "
+                                       "name: write @step.do('name')")
+            validate_step_name(name)
+        declared = StepFunction(self, name, func, config, depends, concurrent)
+        self._declared[getattr(func, "__name__", name)] = declared
+        return declared
 
 
 class JournaledSteps:
@@ -96,10 +126,15 @@ class JournaledSteps:
     # step.do
 
     def do(self, name: str, fn, config) -> object:
+        undo = undo_config = None
+        if config is not None and any(k in config for k in rollbacks.ROLLBACK_KEYS):
+            config, undo, undo_config = rollbacks.split_config(config, f"step {name!r}")
         key = self.next_key(name)
         entry = self.lookup(key, StepKind.DO)
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             self.count_step(key, journaled=True)
+            if undo is not None:
+                self._remember_undo(name, undo, undo_config, entry.result, config, len(entry.attempts))
             return entry.result
         if entry is not None and entry.status == StepStatus.FAILED:
             self.count_step(key, journaled=True)
@@ -125,7 +160,10 @@ class JournaledSteps:
                 # Nothing else runs between arming the attempt's timeout and disarming it, and an
                 # interrupted attempt's connections are discarded before it returns: the journal
                 # writes below never meet a connection the interruption left mid-transaction.
-                returned = call_with_timeout(fn, timeout_seconds, self.writer.connection)
+                body = fn
+                if wants_context(fn):
+                    body = functools.partial(fn, ctx=self._context(name, number, policy))
+                returned = call_with_timeout(body, timeout_seconds, self.writer.connection)
                 text, value = encode(returned, self.result_limit)
             except AttemptTimedOut:
                 failure = StepTimeoutError(
@@ -155,6 +193,8 @@ class JournaledSteps:
                         entry.id, status=StepStatus.SUCCEEDED, attempts=attempts, result=encoded(text),
                         error=None, wake_at=None, ended_at=ended,
                     )
+                if undo is not None:
+                    self._remember_undo(name, undo, undo_config, value, config, number)
                 self.after_write(status, key)
                 return value
 
@@ -176,6 +216,31 @@ class JournaledSteps:
             if status == InstanceStatus.WAITING_FOR_PAUSE:
                 raise Suspend(pause=True, step_key=key)
             raise rebuilt from failure
+
+    def _context(self, name: str, attempt: int, policy) -> StepContext:
+        return StepContext(StepIdentity(name, self.occurrences[name]), attempt, policy.as_config())
+
+    def _remember_undo(self, name, handler, undo_config, output, config, attempt) -> None:
+        policy = default_policy() if config is None else build_policy(
+            config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
+        self.rollbacks.append(rollbacks.PendingUndo(name, handler, undo_config, output,
+                                                    self._context(name, attempt, policy)))
+
+    # step.rollback_all, and a failed run()'s rollback
+
+    def rollback_all(self, error) -> int:
+        """Run the remembered undos, last first; return how many ran (or were found in the journal)."""
+        undone = 0
+        while self.rollbacks:
+            pending = self.rollbacks.pop()
+
+            def undo(pending=pending):
+                return call_with_named(pending.handler, output=pending.output, error=error, ctx=pending.context)
+
+            self.undoing = rollbacks.PREFIX + pending.step_name
+            self.do(self.undoing, undo, pending.config)
+            undone += 1
+        return undone
 
     def _write_attempts(self, entry, key, name, policy, attempts, started, **fields) -> str:
         if entry is None:
@@ -246,8 +311,8 @@ class JournaledSteps:
         if delta > MAX_WAIT:
             raise InvalidStepInput(f"step.wait_for_event({name!r}): timeout {timeout!r} is longer than 365 days")
         key = self.next_key(name)
+        # Not counted toward the step limit: as on Cloudflare, only step.do is.
         entry = self.lookup(key, StepKind.WAIT)
-        self.count_step(key, journaled=entry is not None)
         undeclared = [t for t in types if self.declared_events is not None and t not in self.declared_events]
         if undeclared and entry is None:
             # Nobody could ever send it: the wait would only run out its timeout. A wait journaled

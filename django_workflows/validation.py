@@ -63,7 +63,7 @@ def validate_step_name(name) -> str:
     if not isinstance(name, str) or not name or len(name) > MAX_STEP_NAME:
         raise InvalidStepInput(
             f"A step name must be a string of 1 to {MAX_STEP_NAME} characters, got {name!r}"
-            + (" (write @step.do('name'), with the name in parentheses)" if callable(name) else "")
+            + (" (write @step.do() or @step.do('name'), with the parentheses)" if callable(name) else "")
         )
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise InvalidStepInput(

@@ -1,0 +1,56 @@
+"""Rollbacks (sagas): the undo declared beside a step, run when the instance fails.
+
+A step declares its undo in its config (``{"rollback": fn, "rollback_config": {...}}``, Cloudflare's
+``rollback`` and ``rollbackConfig``) or with ``@step.with_rollback`` and ``@fn.undo``. Each step that
+succeeds with one, on the first run or answered from the journal on a replay, is remembered; when
+``run()`` fails (or calls ``step.rollback_all(error)``), the undos run last in, first out, each as a
+durable step of its own named ``rollback <step name>``, with its own retries and timeout. An undo waiting
+out a retry delay suspends the instance like any step; the next replay fails ``run()`` the same way,
+finds the finished undos in the journal and goes on with the rest.
+
+The handler receives, by the names it declares, ``output`` (the undone step's result), ``error`` (why
+the instance failed) and ``ctx`` (the undone step's context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django_workflows.errors import WorkflowConfigError
+
+ROLLBACK_KEYS = ("rollback", "rollback_config", "rollbackConfig")
+PREFIX = "rollback "
+
+
+@dataclass(frozen=True)
+class PendingUndo:
+    """A step that succeeded with an undo, waiting to be rolled back if the instance fails."""
+
+    step_name: str
+    handler: Any
+    config: dict | None
+    output: Any
+    context: Any
+
+
+def split_config(config: dict, where: str) -> tuple[dict | None, Any, dict | None]:
+    """``config`` without its rollback keys, the undo handler and the undo's own step config."""
+    handler = config.get("rollback")
+    undo_config = config.get("rollback_config", config.get("rollbackConfig"))
+    if handler is not None and not callable(handler):
+        raise WorkflowConfigError(f"{where}: 'rollback' must be a function, got {type(handler).__name__}")
+    if undo_config is not None and handler is None:
+        raise WorkflowConfigError(f"{where}: 'rollback_config' configures a 'rollback', and there is none")
+    if undo_config is not None and not isinstance(undo_config, dict):
+        raise WorkflowConfigError(f"{where}: 'rollback_config' must be a step config dict, got "
+                                  f"{type(undo_config).__name__}")
+    rest = {key: value for key, value in config.items() if key not in ROLLBACK_KEYS}
+    return rest or None, handler, undo_config
+
+
+def outcome(undone: int, failed_step: str | None = None, error: dict | None = None) -> dict:
+    """What the instance's error records of its rollback."""
+    if failed_step is None:
+        return {"status": "complete", "undone": undone}
+    return {"status": "failed", "undone": undone, "step": failed_step, "error": error}

@@ -1,0 +1,122 @@
+"""The decorator forms of ``step.do``, as Cloudflare's Python SDK writes them.
+
+    @step.do()                                   # the step is named after the function
+    def reserve():
+        return inventory.reserve(order)
+
+    @step.do("charge", depends=[reserve])        # runs reserve first, and passes its result in
+    def charge(reserve, ctx):                    # ctx: the step context (attempt, name, count, config)
+        return payments.charge(reserve["amount"], attempt=ctx.attempt)
+
+    charge()
+
+A parameter named after a step function declared earlier in ``run()`` receives that step's result,
+running the step first if it has not run in this replay; a parameter named ``ctx`` receives the step
+context. Dependencies run one after another, in the order given: ``concurrent=True`` is accepted, and
+runs them in that order too (their journal and results are the same either way).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from django_workflows.errors import InvalidStepInput
+
+CONTEXT_PARAMETER = "ctx"
+
+
+def parameters(fn) -> tuple[str, ...]:
+    """The names ``fn`` may be called with, read from its code object when it has one (cheap: this runs
+    for every step)."""
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        return code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()
+
+
+def wants_context(fn) -> bool:
+    return CONTEXT_PARAMETER in parameters(fn)
+
+
+def call_with_named(fn, **available):
+    """Call ``fn`` with those of ``available`` it declares by name (a rollback handler's ``output``,
+    ``error`` and ``ctx``), so a handler declares only what it reads."""
+    names = parameters(fn)
+    return fn(**{name: value for name, value in available.items() if name in names})
+
+
+class StepFunction:
+    """A function declared as a step by ``@step.do(...)`` or ``@step.with_rollback(...)``: calling it
+    runs the step (answered from the journal on a replay)."""
+
+    def __init__(self, step, name: str, func, config, depends, concurrent: bool):
+        if not callable(func):
+            raise InvalidStepInput(f"@step.do({name!r}) decorates a function, got {type(func).__name__}")
+        for dependency in depends or ():
+            if not isinstance(dependency, StepFunction):
+                raise InvalidStepInput(
+                    f"step {name!r}: depends lists step functions (declared with @step.do), got {dependency!r}"
+                )
+        self._step = step
+        self.name = name
+        self.func = func
+        self.config = config
+        self.depends = list(depends or ())
+        self.concurrent = bool(concurrent)
+        self.undo_handler = None
+        self.undo_config = None
+        self._results: list = []
+        functools.update_wrapper(self, func)
+
+    def __repr__(self) -> str:
+        return f"<step function {self.name!r}>"
+
+    def __call__(self, *args, **kwargs):
+        names = parameters(self.func)
+        given = set(names[: len(args)]) | set(kwargs)
+        for dependency in self.depends:
+            value = dependency.result()
+            if dependency.func.__name__ in names and dependency.func.__name__ not in given:
+                kwargs[dependency.func.__name__] = value
+                given.add(dependency.func.__name__)
+        for name in names:
+            if name in given or name == CONTEXT_PARAMETER:
+                continue
+            declared = self._step._declared.get(name)
+            if declared is not None and declared is not self:
+                kwargs[name] = declared.result()
+                given.add(name)
+        func = self.func
+        if CONTEXT_PARAMETER in names and CONTEXT_PARAMETER not in given:
+            def body(ctx):
+                return func(*args, ctx=ctx, **kwargs)
+        else:
+            def body():
+                return func(*args, **kwargs)
+        config = self.config
+        if self.undo_handler is not None:
+            config = {**(config or {}), "rollback": self.undo_handler}
+            if self.undo_config is not None:
+                config["rollback_config"] = self.undo_config
+        value = self._step._run_do(self.name, body, config)
+        self._results.append(value)
+        return value
+
+    def result(self):
+        """This step's result in this replay: the last call's, or the step run now if it has not been."""
+        return self._results[-1] if self._results else self()
+
+    def undo(self, handler=None, *, config=None):
+        """Declare the step's undo (``@charge.undo``): it runs, as a durable step of its own, when
+        ``step.rollback_all(error)`` is called or ``run()`` fails after this step succeeded."""
+        def declare(fn):
+            if not callable(fn):
+                raise InvalidStepInput(f"{self.name!r}.undo decorates a function, got {type(fn).__name__}")
+            self.undo_handler, self.undo_config = fn, config
+            return fn
+
+        return declare if handler is None else declare(handler)

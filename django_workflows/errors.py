@@ -118,6 +118,12 @@ class InvalidTransition(WorkflowError):
     code, http_status = "transition_not_allowed", 409
 
 
+class StepNotFound(WorkflowError, LookupError):
+    """A restart from a step the instance's journal does not hold."""
+
+    code, http_status = "step_not_found", 400
+
+
 class InstanceFinished(InvalidTransition):
     """An event was sent to an instance that has finished and will never wait again."""
 

@@ -28,12 +28,18 @@ from django_workflows.errors import (
     InvalidParams,
     InvalidTransition,
     ParamsTooLarge,
+    StepNotFound,
 )
 from django_workflows.models import FINISHED_STATUSES, Instance, InstanceStatus
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
-from django_workflows.validation import validate_event_type, validate_idempotency_key, validate_instance_id
+from django_workflows.validation import (
+    validate_event_type,
+    validate_idempotency_key,
+    validate_instance_id,
+    validate_step_name,
+)
 
 MAX_BATCH = 100
 
@@ -176,10 +182,25 @@ class InstanceHandle:
         if not steering.terminate(self.pk, clock.now()):
             raise self._refuse("terminate")
 
-    def restart(self) -> None:
-        """Run the instance again from the top: its journal and consumed events are cleared,
-        events not yet consumed are kept."""
-        if not steering.restart(self.pk, clock.now()):
+    def restart(self, from_step: str | None = None, count: int = 1) -> None:
+        """Run the instance again: from the top (its journal and consumed events are cleared, events
+        not yet consumed are kept), or from the ``count``-th step named ``from_step`` (the journal
+        before it is kept; it, the steps after it and the events they consumed are cleared)."""
+        from_key = None
+        if from_step is not None:
+            validate_step_name(from_step)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise InvalidParams(f"restart(from_step={from_step!r}, count=...): count must be a whole number "
+                                    f"from 1 (the first step of that name), got {count!r}")
+            from_key = f"{from_step}-{count}"
+        restarted = steering.restart(self.pk, clock.now(), from_key)
+        if restarted is None:
+            raise StepNotFound(
+                f"Instance {self.workflow_name}/{self.id} has no step {from_step!r} #{count} in its journal; "
+                "nothing changed. Restart from a step it has run (see its steps), or from the top.",
+                workflow=self.workflow_name, instance_id=self.id, step=from_step, count=count,
+            )
+        if not restarted:
             self._current_status()  # raises InstanceNotFound
 
     def send_event(self, type: str, payload: Any = None, *, sender: str = "",  # noqa: A002

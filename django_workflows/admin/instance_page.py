@@ -111,6 +111,10 @@ class InstancePage:
             "more_buffered": len(buffered) > BUFFERED_SHOWN,
             "consumed_events": consumed,
             "steering": steering_buttons(instance) if self.can_steer(request) else [],
+            "restart_from_url": (reverse("admin:django_workflows_instance_steer", args=[instance.pk, "restart"])
+                                 if self.can_steer(request) else None),
+            "restart_from_confirm": "Restart from this step? The steps from here on, and the events they "
+                                    "consumed, are cleared; the steps before it are kept.",
             "awaiting": awaiting,
             "decision_refused": decision_refused(request.user, instance, awaiting),
             "waiting_since": waiting_since,
@@ -130,6 +134,8 @@ class InstancePage:
         end = step.ended_at
         return {
             "step": step,
+            # The key is "<name>-<count>": which step of that name this is, for "Restart from here".
+            "count": step.key.rpartition("-")[2],
             "duration": human_duration((end - step.started_at).total_seconds()) if end else "",
             "attempts": len(step.attempts or []),
             "failed_attempts": sum(1 for attempt in step.attempts or [] if not attempt.get("success")),

@@ -41,15 +41,21 @@ class Steering:
         if not self.can_steer(request):
             raise PermissionDenied
         instance = self._instance_or_404(request, object_id)
+        from_step = request.POST.get("from_step") if action == "restart" else None
         try:
-            getattr(handle_for(instance), action)()
+            if from_step:
+                count = request.POST.get("count", "1")
+                handle_for(instance).restart(from_step=from_step, count=int(count) if count.isdigit() else count)
+            else:
+                getattr(handle_for(instance), action)()
         except InvalidTransition as exc:
             self.message_user(request, f"Nothing changed: {exc}", messages.WARNING)
         except WorkflowError as exc:
             self.message_user(request, f"Could not {action} {instance}: {exc}", messages.ERROR)
         else:
-            self.message_user(request, f"Instance {instance} {TRANSITIONS[action].past}.", messages.SUCCESS)
-            self.log_change(request, instance, f"{TRANSITIONS[action].past.capitalize()}.")
+            done = TRANSITIONS[action].past + (f" from step {from_step!r} #{count}" if from_step else "")
+            self.message_user(request, f"Instance {instance} {done}.", messages.SUCCESS)
+            self.log_change(request, instance, f"{done.capitalize()}.")
         return self._back(request, instance)
 
     # Bulk actions on the list.

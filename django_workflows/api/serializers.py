@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from django_workflows.instances import MAX_BATCH
 from django_workflows.transitions import TRANSITIONS
-from django_workflows.validation import MAX_INSTANCE_ID
+from django_workflows.validation import MAX_INSTANCE_ID, MAX_STEP_NAME
 
 
 class StrictCharField(serializers.CharField):
@@ -45,8 +45,27 @@ class BatchSerializer(serializers.ListSerializer):
         super().__init__(*args, **kwargs)
 
 
+class RestartFromSerializer(RejectUnknownFields, serializers.Serializer):
+    name = StrictCharField(max_length=MAX_STEP_NAME, trim_whitespace=False, help_text="The step's name.")
+    count = serializers.IntegerField(min_value=1, default=1,
+                                     help_text="Which step of that name: 1 for the first run() reached.")
+
+
 class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
     status = serializers.ChoiceField(choices=[(t.action, t.summary) for t in TRANSITIONS.values()])
+
+    def get_fields(self):
+        # "from" is a Python keyword, so the field is added here rather than declared.
+        fields = super().get_fields()
+        fields["from"] = RestartFromSerializer(
+            required=False, help_text="With restart: run again from this journaled step, keeping the steps "
+                                      "before it.")
+        return fields
+
+    def validate(self, data):
+        if "from" in data and data["status"] != "restart":
+            raise serializers.ValidationError({"from": ["Only a restart starts from a step."]})
+        return data
 
 
 class ErrorBodySerializer(serializers.Serializer):

@@ -229,7 +229,11 @@ class InstanceStatusView(WorkflowAPIView):
         handle = self.instance(name, instance_id)
         serializer = s.StatusChangeSerializer(data=self.json_body(request, required=True))
         serializer.is_valid(raise_exception=True)
-        getattr(handle, serializer.validated_data["status"])()
+        change = serializer.validated_data
+        if "from" in change:
+            handle.restart(from_step=change["from"]["name"], count=change["from"]["count"])
+        else:
+            getattr(handle, change["status"])()
         return Response(instance_summary(self.instance_row(handle)))
 
 

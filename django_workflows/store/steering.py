@@ -94,18 +94,33 @@ def terminate(pk: int, now: datetime) -> bool:
     ))
 
 
-def restart(pk: int, now: datetime) -> bool:
-    """Queue the instance to run from the top: its journal and consumed events go, events not yet
-    consumed stay. False if it no longer exists."""
+def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
+    """Queue the instance to run again: from the top, or from the journaled step ``from_key`` on.
+
+    From the top, its journal and consumed events go, events not yet consumed stay. From a step, the
+    journal before that step stays (in journal order: the order run() first reached its steps), and
+    that step, every later one and the events they consumed go. False if the instance no longer exists,
+    None if it has no step ``from_key``; either way nothing changed."""
     with transaction.atomic(using=_alias()):
+        journal = Step.objects.filter(instance_id=pk)
+        if from_key is not None:
+            first = journal.filter(key=from_key).values_list("id", flat=True).first()
+            if first is None:
+                return None if _rows(pk).exists() else False
+            journal = journal.filter(id__gte=first)
+        # From a step, the instance has started already, and keeps when it did.
+        kept_start = {} if from_key is not None else {"started_at": None}
         updated = _rows(pk).update(
             status=InstanceStatus.QUEUED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
             wake_at=None, waiting_for=None, waiting_reason=None, current_step="", output=None, error=None,
-            traceback="", started_at=None, ended_at=None, updated_at=now,
+            traceback="", ended_at=None, updated_at=now, **kept_start,
         )
         if not updated:
             return False
-        Event.objects.filter(instance_id=pk, consumed_by__isnull=False).delete()
-        Step.objects.filter(instance_id=pk).delete()
+        if from_key is None:
+            Event.objects.filter(instance_id=pk, consumed_by__isnull=False).delete()
+        else:
+            Event.objects.filter(instance_id=pk, consumed_by__in=journal.values("id")).delete()
+        journal.delete()
         enqueue(pk)
     return True

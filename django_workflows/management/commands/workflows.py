@@ -74,6 +74,11 @@ class Command(BaseCommand):
             transition = actions.add_parser(action, parents=[output], help=transition_spec.summary)
             transition.add_argument("name", metavar="NAME")
             transition.add_argument("instance_id", metavar="ID")
+            if action == "restart":
+                transition.add_argument("--from-step", metavar="STEP", default=None,
+                                        help="Run again from this journaled step, keeping the steps before it.")
+                transition.add_argument("--count", type=cli.positive_int, default=1,
+                                        help="With --from-step: which step of that name (default 1, the first).")
 
     def handle(self, *args, **options):
         self.as_json = options["json"]
@@ -155,7 +160,10 @@ class Command(BaseCommand):
     def instances_transition(self, options):
         action = options["action"]
         handle = cli.find_handle(options["name"], options["instance_id"])
-        getattr(handle, action)()
+        if options.get("from_step") is not None:
+            handle.restart(from_step=options["from_step"], count=options["count"])
+        else:
+            getattr(handle, action)()
         summary = instance_summary(cli.instance_row(handle))
         done = TRANSITIONS[action].past.capitalize()
         self.show(summary, f"{done} {handle.workflow_name}/{handle.id}; it is {summary['status']}.")

@@ -9,7 +9,7 @@ from django.db.models import Count
 
 from django_workflows import declared_events
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
-from django_workflows.definition import WorkflowEntrypoint, is_async, registry
+from django_workflows.definition import WorkflowEntrypoint, is_async_generator, registry
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.policy import validate_config
 from django_workflows.validation import is_event_type, is_workflow_name
@@ -146,12 +146,11 @@ def check_workflows(app_configs=None, **kwargs):
                 hint="Set name = 'my-workflow' on the class, or leave it out to use the class name in kebab-case.",
                 id="django_workflows.E007",
             ))
-        if is_async(cls):
+        if is_async_generator(cls):
             messages.append(Error(
-                f"{where}.run is async, which workflows do not support yet: a replay would get a coroutine, "
-                "not the workflow's output.",
-                hint="Write `def run(self, event, step)`, and run async code inside a step: "
-                     "step.do('fetch', lambda: asyncio.run(fetch())).",
+                f"{where}.run is an async generator (it yields): a replay needs run() to return the "
+                "workflow's output.",
+                hint="Write `async def run(self, event, step)` (or `def run`) that returns its output.",
                 id="django_workflows.E012",
             ))
         approvals = cls.approvals

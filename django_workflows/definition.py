@@ -90,10 +90,10 @@ class WorkflowEntrypoint:
         raise NotImplementedError(f"{type(self).__name__} must implement run(self, event, step)")
 
 
-def is_async(cls) -> bool:
-    """Whether ``run()`` is a coroutine (or async generator) function, which workflows do not support."""
-    run = getattr(cls, "run", None)
-    return inspect.iscoroutinefunction(run) or inspect.isasyncgenfunction(run)
+def is_async_generator(cls) -> bool:
+    """Whether ``run()`` is an async generator function, which no replay can run (``async def run`` that
+    returns is fine)."""
+    return inspect.isasyncgenfunction(getattr(cls, "run", None))
 
 
 class Registry:

@@ -10,13 +10,14 @@ records why and until when, releases the lease, and the worker is free.
 
 from __future__ import annotations
 
+import inspect
 import time
 import traceback
 from datetime import timedelta
 
 from django.db import DatabaseError
 
-from django_workflows import clock, declared_events, rollbacks
+from django_workflows import async_run, clock, declared_events, rollbacks
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.control_flow import Fenced, StoreError, Suspend
 from django_workflows.definition import WorkflowEvent, registry
@@ -166,7 +167,11 @@ class Replay(JournaledSteps):
             workflow_name=instance.workflow_name,
         )
         try:
-            output = workflow_class().run(event, WorkflowStep(self))
+            workflow = workflow_class()
+            if inspect.iscoroutinefunction(workflow.run):
+                output = async_run.drive(workflow.run(event, async_run.AsyncWorkflowStep(self)))
+            else:
+                output = workflow.run(event, WorkflowStep(self))
         except Suspend as suspension:
             if self.fatal is not None:
                 return self.errored(self.fatal, "")

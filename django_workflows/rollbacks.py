@@ -17,7 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django_workflows.conf import workflow_settings
+from django_workflows.definition import StepContext, StepIdentity
 from django_workflows.errors import WorkflowConfigError
+from django_workflows.policy import build_policy, default_policy
 
 ROLLBACK_KEYS = ("rollback", "rollback_config", "rollbackConfig")
 PREFIX = "rollback "
@@ -54,3 +57,45 @@ def outcome(undone: int, failed_step: str | None = None, error: dict | None = No
     if failed_step is None:
         return {"status": "complete", "undone": undone}
     return {"status": "failed", "undone": undone, "step": failed_step, "error": error}
+
+
+def call_with_named(fn, **available):
+    """Call ``fn`` with those of ``available`` it declares by name (a handler's ``output``, ``error`` and
+    ``ctx``), so a handler declares only what it reads."""
+    code = getattr(fn, "__code__", None)
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
+    if code is None:
+        import inspect
+
+        try:
+            names = tuple(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            names = ()
+    return fn(**{name: value for name, value in available.items() if name in names})
+
+
+class UndoSteps:
+    """The replay's side of undos: remembering each step that succeeded with one, and running them.
+    Mixed into the replay's steps (``step.JournaledSteps``), whose ``do`` runs each undo as a step."""
+
+    def _context(self, name: str, attempt: int, policy) -> StepContext:
+        return StepContext(StepIdentity(name, self.occurrences[name]), attempt, policy.as_config())
+
+    def _remember_undo(self, name, handler, undo_config, output, config, attempt) -> None:
+        policy = default_policy() if config is None else build_policy(
+            config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
+        self.rollbacks.append(PendingUndo(name, handler, undo_config, output, self._context(name, attempt, policy)))
+
+    def rollback_all(self, error) -> int:
+        """Run the remembered undos, last first; return how many ran (or were found in the journal)."""
+        undone = 0
+        while self.rollbacks:
+            pending = self.rollbacks.pop()
+
+            def undo(pending=pending):
+                return call_with_named(pending.handler, output=pending.output, error=error, ctx=pending.context)
+
+            self.undoing = PREFIX + pending.step_name
+            self.do(self.undoing, undo, pending.config)
+            undone += 1
+        return undone

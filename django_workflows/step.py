@@ -8,13 +8,15 @@ journaled. A step that must wait raises ``Suspend``, and the replay ends there.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 from datetime import UTC, datetime, timedelta
 
 from django_workflows import clock, rollbacks
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
-from django_workflows.definition import StepContext, StepIdentity, WorkflowStepEvent
+from django_workflows.definition import WorkflowStepEvent
 from django_workflows.durations import parse_duration
 from django_workflows.error_journal import USER_FAILURES, describe_error, rebuild_error
 from django_workflows.errors import (
@@ -29,7 +31,7 @@ from django_workflows.errors import (
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import build_policy, default_policy
 from django_workflows.serialization import NotJournalable, encode
-from django_workflows.step_functions import StepFunction, call_with_named, wants_context
+from django_workflows.step_functions import StepFunction, wants_context
 from django_workflows.store.journal import Entry, encoded
 from django_workflows.timeouts import call_with_timeout
 from django_workflows.validation import validate_event_type, validate_step_name
@@ -91,6 +93,8 @@ class WorkflowStep:
         """Wait for an event of ``type`` (or of any type in a list), up to ``timeout``."""
         return self._replay.call(self._replay.wait_for_event, name, type, timeout)
 
+    step_function_class = StepFunction
+
     def _run_do(self, name, fn, config):
         return self._replay.call(self._replay.do, name, fn, config)
 
@@ -101,12 +105,12 @@ class WorkflowStep:
                 raise InvalidStepInput("@step.do() names the step after its function, and a lambda has no "
                                        "name: write @step.do('name')")
             validate_step_name(name)
-        declared = StepFunction(self, name, func, config, depends, concurrent)
+        declared = self.step_function_class(self, name, func, config, depends, concurrent)
         self._declared[getattr(func, "__name__", name)] = declared
         return declared
 
 
-class JournaledSteps:
+class JournaledSteps(rollbacks.UndoSteps):
     """The replay's side of each step call: answered from the journal, or run and journaled.
 
     ``Replay`` is made of it, and keeps what these methods share: the journal, its writer, and the
@@ -163,6 +167,7 @@ class JournaledSteps:
                 body = fn
                 if wants_context(fn):
                     body = functools.partial(fn, ctx=self._context(name, number, policy))
+                body = functools.partial(_to_the_end, body)
                 returned = call_with_timeout(body, timeout_seconds, self.writer.connection)
                 text, value = encode(returned, self.result_limit)
             except AttemptTimedOut:
@@ -216,31 +221,6 @@ class JournaledSteps:
             if status == InstanceStatus.WAITING_FOR_PAUSE:
                 raise Suspend(pause=True, step_key=key)
             raise rebuilt from failure
-
-    def _context(self, name: str, attempt: int, policy) -> StepContext:
-        return StepContext(StepIdentity(name, self.occurrences[name]), attempt, policy.as_config())
-
-    def _remember_undo(self, name, handler, undo_config, output, config, attempt) -> None:
-        policy = default_policy() if config is None else build_policy(
-            config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
-        self.rollbacks.append(rollbacks.PendingUndo(name, handler, undo_config, output,
-                                                    self._context(name, attempt, policy)))
-
-    # step.rollback_all, and a failed run()'s rollback
-
-    def rollback_all(self, error) -> int:
-        """Run the remembered undos, last first; return how many ran (or were found in the journal)."""
-        undone = 0
-        while self.rollbacks:
-            pending = self.rollbacks.pop()
-
-            def undo(pending=pending):
-                return call_with_named(pending.handler, output=pending.output, error=error, ctx=pending.context)
-
-            self.undoing = rollbacks.PREFIX + pending.step_name
-            self.do(self.undoing, undo, pending.config)
-            undone += 1
-        return undone
 
     def _write_attempts(self, entry, key, name, policy, attempts, started, **fields) -> str:
         if entry is None:
@@ -370,6 +350,14 @@ class JournaledSteps:
         event, status = taken
         self.after_write(status, key)
         return WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
+
+
+def _to_the_end(body):
+    """Call a step's body; an ``async def`` body's coroutine runs to its end in an event loop of its own."""
+    returned = body()
+    if inspect.iscoroutine(returned):
+        return asyncio.run(returned)
+    return returned
 
 
 def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:

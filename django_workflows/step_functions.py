@@ -42,13 +42,6 @@ def wants_context(fn) -> bool:
     return CONTEXT_PARAMETER in parameters(fn)
 
 
-def call_with_named(fn, **available):
-    """Call ``fn`` with those of ``available`` it declares by name (a rollback handler's ``output``,
-    ``error`` and ``ctx``), so a handler declares only what it reads."""
-    names = parameters(fn)
-    return fn(**{name: value for name, value in available.items() if name in names})
-
-
 class StepFunction:
     """A function declared as a step by ``@step.do(...)`` or ``@step.with_rollback(...)``: calling it
     runs the step (answered from the journal on a replay)."""

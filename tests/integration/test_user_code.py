@@ -187,12 +187,18 @@ def check_ids(cls) -> list[str]:
         registry.unregister(cls)
 
 
-def test_an_async_run_is_a_check_error():
+def test_an_async_run_passes_the_checks_and_an_async_generator_run_is_a_check_error():
     class AsyncRun(WorkflowEntrypoint):
         async def run(self, event, step):
             return None
 
-    assert check_ids(AsyncRun) == ["django_workflows.E012"]
+    assert check_ids(AsyncRun) == []
+
+    class AsyncGeneratorRun(WorkflowEntrypoint):
+        async def run(self, event, step):
+            yield None
+
+    assert check_ids(AsyncGeneratorRun) == ["django_workflows.E012"]
 
 
 @pytest.mark.parametrize("name", ["my workflow!/x", "-leading-dash", "x" * 65, "", "tab\there"])

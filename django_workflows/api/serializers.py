@@ -1,4 +1,8 @@
-"""Request and response shapes. Requests are validated here; everything else is the engine's job."""
+"""Request and response shapes. Requests are validated here; everything else is the engine's job.
+
+Responses are written here too: a view answers with ``Serializer(value).data``, ``value`` being what
+``django_workflows.describe`` made, so that the schema drf-spectacular draws from these classes and
+the answers cannot disagree."""
 
 from rest_framework import serializers
 
@@ -49,6 +53,16 @@ class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
     status = serializers.ChoiceField(choices=[(t.action, t.summary) for t in TRANSITIONS.values()])
 
 
+# A dict of django_workflows.describe on its way out. A key it leaves out stays out (a step's "until" is
+# a sleep's alone), where DRF would write null for a missing field that allows null. No docstring: the
+# schema would give it to every serializer below as its description.
+class Described(serializers.Serializer):
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        return {key: value for key, value in data.items() if key in instance}
+
+
 class ErrorBodySerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
@@ -59,7 +73,7 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorBodySerializer()
 
 
-class AttemptSerializer(serializers.Serializer):
+class AttemptSerializer(Described):
     attempt = serializers.IntegerField()
     start = serializers.CharField()
     end = serializers.CharField()
@@ -67,7 +81,7 @@ class AttemptSerializer(serializers.Serializer):
     error = serializers.DictField(required=False)
 
 
-class StepSerializer(serializers.Serializer):
+class StepSerializer(Described):
     name = serializers.CharField()
     key = serializers.CharField()
     type = serializers.ChoiceField(choices=["do", "sleep", "waitForEvent"])
@@ -84,7 +98,7 @@ class StepSerializer(serializers.Serializer):
     next_attempt = serializers.CharField(required=False, allow_null=True)
 
 
-class EventSerializer(serializers.Serializer):
+class EventSerializer(Described):
     type = serializers.CharField()
     payload = serializers.JSONField(allow_null=True)
     received = serializers.CharField()
@@ -93,7 +107,7 @@ class EventSerializer(serializers.Serializer):
     consumed = serializers.CharField(allow_null=True)
 
 
-class InstanceSummarySerializer(serializers.Serializer):
+class InstanceSummarySerializer(Described):
     id = serializers.CharField()
     workflow = serializers.CharField()
     status = serializers.CharField()
@@ -108,20 +122,20 @@ class InstanceSummarySerializer(serializers.Serializer):
     )
 
 
-class InstancePageSerializer(serializers.Serializer):
+class InstancePageSerializer(Described):
     count = serializers.IntegerField()
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = InstanceSummarySerializer(many=True)
 
 
-class PageSerializer(serializers.Serializer):
+class PageSerializer(Described):
     page = serializers.IntegerField()
     pages = serializers.IntegerField()
     count = serializers.IntegerField()
 
 
-class DetailPagesSerializer(serializers.Serializer):
+class DetailPagesSerializer(Described):
     per_page = serializers.IntegerField()
     steps = PageSerializer(help_text="Ask for another page with ?steps_page=.")
     events = PageSerializer(help_text="Ask for another page with ?events_page=.")
@@ -136,7 +150,7 @@ class InstanceSerializer(InstanceSummarySerializer):
     pages = DetailPagesSerializer()
 
 
-class DeclaredEventSerializer(serializers.Serializer):
+class DeclaredEventSerializer(Described):
     type = serializers.CharField()
     permission = serializers.CharField(allow_null=True)
     webhook = serializers.BooleanField(help_text="Accepted only signed, at the webhook endpoint.")
@@ -144,7 +158,7 @@ class DeclaredEventSerializer(serializers.Serializer):
     schema = serializers.JSONField(allow_null=True, help_text="The JSON Schema its payload must match.")
 
 
-class WorkflowSerializer(serializers.Serializer):
+class WorkflowSerializer(Described):
     name = serializers.CharField()
     class_name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
@@ -154,7 +168,7 @@ class WorkflowSerializer(serializers.Serializer):
                                      help_text="The event types it accepts; null when it accepts any.")
 
 
-class EventAcceptedSerializer(serializers.Serializer):
+class EventAcceptedSerializer(Described):
     accepted = serializers.BooleanField()
     event_id = serializers.IntegerField(help_text="The stored event; the same for a repeat of its Idempotency-Key.")
     instance = InstanceSummarySerializer()

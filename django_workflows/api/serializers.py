@@ -57,10 +57,18 @@ class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
 # a sleep's alone), where DRF would write null for a missing field that allows null. No docstring: the
 # schema would give it to every serializer below as its description.
 class Described(serializers.Serializer):
-
     def to_representation(self, instance):
         data = super().to_representation(instance)
         return {key: value for key, value in data.items() if key in instance}
+
+
+class MomentField(serializers.DateTimeField):
+    """A datetime of describe, written as ``datetime.isoformat()`` writes it, in the zone it was stored
+    in: "2025-01-01T12:00:00.250000+00:00". DRF's DateTimeField would follow the project's
+    ``REST_FRAMEWORK`` (its DATETIME_FORMAT), move it to the current time zone and write UTC as "Z"."""
+
+    def to_representation(self, value):
+        return value.isoformat()
 
 
 class ErrorBodySerializer(serializers.Serializer):
@@ -75,8 +83,8 @@ class ErrorSerializer(serializers.Serializer):
 
 class AttemptSerializer(Described):
     attempt = serializers.IntegerField()
-    start = serializers.CharField()
-    end = serializers.CharField()
+    start = MomentField()
+    end = MomentField()
     success = serializers.BooleanField()
     error = serializers.DictField(required=False)
 
@@ -86,36 +94,36 @@ class StepSerializer(Described):
     key = serializers.CharField()
     type = serializers.ChoiceField(choices=["do", "sleep", "waitForEvent"])
     status = serializers.CharField()
-    start = serializers.CharField(allow_null=True)
-    end = serializers.CharField(allow_null=True)
+    start = MomentField(allow_null=True)
+    end = MomentField(allow_null=True)
     config = serializers.JSONField(allow_null=True)
     success = serializers.BooleanField(allow_null=True)
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     attempts = AttemptSerializer(many=True, required=False)
-    until = serializers.CharField(required=False, allow_null=True)
-    deadline = serializers.CharField(required=False, allow_null=True)
-    next_attempt = serializers.CharField(required=False, allow_null=True)
+    until = MomentField(required=False, allow_null=True)
+    deadline = MomentField(required=False, allow_null=True)
+    next_attempt = MomentField(required=False, allow_null=True)
 
 
 class EventSerializer(Described):
     type = serializers.CharField()
     payload = serializers.JSONField(allow_null=True)
-    received = serializers.CharField()
+    received = MomentField()
     sender = serializers.CharField(allow_blank=True)
     consumed_by = serializers.CharField(allow_null=True)
-    consumed = serializers.CharField(allow_null=True)
+    consumed = MomentField(allow_null=True)
 
 
 class InstanceSummarySerializer(Described):
     id = serializers.CharField()
     workflow = serializers.CharField()
     status = serializers.CharField()
-    queued = serializers.CharField()
-    start = serializers.CharField(allow_null=True)
-    end = serializers.CharField(allow_null=True)
-    modified = serializers.CharField()
-    wake_at = serializers.CharField(allow_null=True)
+    queued = MomentField()
+    start = MomentField(allow_null=True)
+    end = MomentField(allow_null=True)
+    modified = MomentField()
+    wake_at = MomentField(allow_null=True)
     current_step = serializers.CharField(allow_blank=True)
     waiting_reason = serializers.CharField(
         allow_null=True, help_text="Why a waiting instance cannot run yet, when its steps do not say."

@@ -3,7 +3,8 @@
 A step's row shows what the journal knows of it: each attempt of a ``step.do`` as a bar (green when it
 succeeded, red when it failed) with the retry delays between attempts as dashed gaps, a sleep until its
 wake time, a wait until the event that ended it (and who sent it) or its deadline. The rows take the
-data shapes of ``django_workflows.describe`` (``describe_step``, ``describe_event``).
+data shapes of ``django_workflows.describe`` (``describe_step``, ``describe_event``), whose moments are
+datetimes.
 
 The time axis is linear: a second is as wide at the start as at the end, so a 60 ms hand-off between
 two 3 s steps is drawn fifty times narrower than they are, and ticks fall on round offsets since the
@@ -44,12 +45,6 @@ TICK_STEPS = (
     86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400,
 )
 UNITS = (("d", 86400), ("h", 3600), ("min", 60))
-
-
-def when(value) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(value)
 
 
 def human_duration(seconds: float) -> str:
@@ -154,13 +149,13 @@ class TimeAxis:
 def _step_moments(step: dict) -> tuple[list[datetime], list[datetime]]:
     """The moments of a step that have happened (starts, ends), and those it plans (the end of a
     sleep, a deadline, the next attempt), which may lie ahead."""
-    happened = [when(step.get("start")), when(step.get("end"))]
+    happened = [step.get("start"), step.get("end")]
     for attempt in step.get("attempts") or ():
-        happened += [when(attempt.get("start")), when(attempt.get("end"))]
+        happened += [attempt.get("start"), attempt.get("end")]
     # The deadline of a wait that got its event is not a moment of interest: it would stretch the
     # axis days past the end of the instance.
-    deadline = when(step.get("deadline")) if step.get("status") != "succeeded" else None
-    planned = [when(step.get("until")), deadline, when(step.get("next_attempt"))]
+    deadline = step.get("deadline") if step.get("status") != "succeeded" else None
+    planned = [step.get("until"), deadline, step.get("next_attempt")]
     return [m for m in happened if m is not None], [m for m in planned if m is not None]
 
 
@@ -187,7 +182,7 @@ class Timeline:
             done, ahead = _step_moments(step)
             happened += done
             planned += ahead
-        happened += [when(event["received"]) for event in events]
+        happened += [event["received"] for event in events]
         if now is not None:
             happened.append(now)
         if not happened and not planned:
@@ -211,7 +206,7 @@ class Timeline:
         """The label of the event that ended a wait, and where it goes: ``(text, x, "beside")`` right
         of the event's diamond when it fits there, else ``(text, x, "below")`` on a line under the
         bar (its x the text's right end). Never over the bar, whose colour would hide it."""
-        end = when(step.get("end"))
+        end = step.get("end")
         if step["type"] != "waitForEvent" or step["status"] != "succeeded" or end is None:
             return None
         received = self.sender_by_step.get(step["key"])
@@ -311,11 +306,11 @@ class Timeline:
         x = self.scale.x
         attempts = step.get("attempts") or []
         if not attempts:
-            start, end = when(step["start"]), when(step.get("end")) or when(step["start"])
+            start, end = step["start"], step.get("end") or step["start"]
             _bar(canvas, x(start), x(end), y, "dw-bar dw-bar-do", f"{step['key']}: {self.at(start)}")
         previous_end = None
         for attempt in attempts:
-            start, end = when(attempt["start"]), when(attempt["end"])
+            start, end = attempt["start"], attempt["end"]
             if previous_end is not None:
                 canvas.line(
                     x(previous_end),
@@ -342,7 +337,7 @@ class Timeline:
                 title,
             )
             previous_end = end
-        next_attempt = when(step.get("next_attempt"))
+        next_attempt = step.get("next_attempt")
         if next_attempt is not None and previous_end is not None:
             canvas.line(
                 x(previous_end),
@@ -363,7 +358,7 @@ class Timeline:
 
     def sleep_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x
-        start, until = when(step["start"]), when(step.get("until")) or when(step["start"])
+        start, until = step["start"], step.get("until") or step["start"]
         length = human_duration((until - start).total_seconds())
         title = f"{step['key']}: sleeps from {self.at(start)} until {self.at(until)} ({length})"
         if step["status"] == "succeeded" or self.now is None:
@@ -375,7 +370,7 @@ class Timeline:
 
     def wait_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x
-        start, deadline, end = when(step["start"]), when(step.get("deadline")), when(step.get("end"))
+        start, deadline, end = step["start"], step.get("deadline"), step.get("end")
         types = " or ".join((step.get("config") or {}).get("type") or [])
         if step["status"] == "succeeded" and end is not None:
             received = self.sender_by_step.get(step["key"])
@@ -455,7 +450,7 @@ class Timeline:
         canvas.text(26, top + 34, f"{len(self.events)} in this range", class_="dw-axis-note")
         labelled_to = -math.inf  # where the last label drawn ends: the next starts clear of it
         for event in self.events:
-            received = when(event["received"])
+            received = event["received"]
             cx = self.scale.x(received)
             consumed = event.get("consumed_by")
             sender = event.get("sender") or "unknown sender"

@@ -15,7 +15,8 @@ from django_workflows.admin.steering import steering_buttons
 from django_workflows.approvals import approval_awaited, decision_refused
 from django_workflows.describe import describe_event, describe_step
 from django_workflows.drawing.diagram import render_diagram
-from django_workflows.drawing.timeline import human_duration, render_timeline
+from django_workflows.drawing.time_axis import human_duration
+from django_workflows.drawing.timeline import render_timeline
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step
 from django_workflows.outline import diagram_for

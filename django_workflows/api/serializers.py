@@ -54,12 +54,13 @@ class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
 
 
 # A dict of django_workflows.describe on its way out. A key it leaves out stays out (a step's "until" is
-# a sleep's alone), where DRF would write null for a missing field that allows null. No docstring: the
-# schema would give it to every serializer below as its description.
+# a sleep's alone), where DRF would write null for a missing field that allows null; and the keys keep
+# the dict's order, which for a stored one (an attempt, from a jsonb column on PostgreSQL) is the
+# database's. No docstring: the schema would give it to every serializer below as its description.
 class Described(serializers.Serializer):
     def to_representation(self, instance):
         data = super().to_representation(instance)
-        return {key: value for key, value in data.items() if key in instance}
+        return {key: data[key] for key in instance if key in data}
 
 
 class MomentField(serializers.DateTimeField):

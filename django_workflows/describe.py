@@ -1,8 +1,10 @@
-"""Instances and workflows as plain data, shaped like Cloudflare's REST API, for the API, the CLI and the admin.
+"""Instances and workflows as plain data, shaped like Cloudflare's REST API, for the API, the CLI and the
+admin.
 
-The values are typed: a moment is an aware ``datetime`` as stored (``None`` when it has not come), not
-text. Each surface writes them its own way: the API's serializers and the CLI's ``--json`` as ISO 8601
-(``datetime.isoformat()``), the CLI's tables and the admin's timeline as people read them.
+The values are typed: a moment is a ``datetime`` as the database gives it (aware, with USE_TZ; ``None``
+when it has not come), not text. Each surface writes them its own way: the API's serializers and the
+CLI's ``--json`` as ISO 8601 (``datetime.isoformat()``), the CLI's tables and the admin's timeline as
+people read them.
 """
 
 from __future__ import annotations

@@ -118,14 +118,21 @@ def instance_row(handle) -> Instance:
 # -- text output ----------------------------------------------------------------------------------
 
 def dumps(data) -> str:
-    return json.dumps(data, indent=2)
+    """``--json``: describe data as JSON, each datetime in ISO 8601 as the API writes it."""
+    return json.dumps(data, indent=2, default=_json_value)
 
 
-def when(iso: str | None) -> str:
-    """An ISO timestamp from describe data as a compact UTC time, to the second."""
-    if iso is None:
+def _json_value(value):
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def when(moment: datetime | None) -> str:
+    """A datetime from describe data as a compact UTC time, to the second."""
+    if moment is None:
         return EMPTY
-    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def compact_json(value) -> str:

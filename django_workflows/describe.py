@@ -1,16 +1,21 @@
-"""Instances and workflows as plain data, shaped like Cloudflare's REST API, for the API, the CLI and the admin."""
+"""Instances and workflows as plain data, shaped like Cloudflare's REST API, for the API, the CLI and the
+admin.
+
+The values are typed: a moment is a ``datetime`` as the database gives it (aware, with USE_TZ; ``None``
+when it has not come), not text. Each surface writes them its own way: the API's serializers and the
+CLI's ``--json`` as ISO 8601 (``datetime.isoformat()``), the CLI's tables and the admin's timeline as
+people read them.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from django.db.models import Count
 
 from django_workflows import declared_events
 from django_workflows.definition import registry
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
-
-
-def _iso(moment):
-    return moment.isoformat() if moment is not None else None
 
 
 def status_counts(workflow_name: str | None = None) -> dict[str, dict[str, int]]:
@@ -52,11 +57,11 @@ def instance_summary(instance: Instance) -> dict:
         "id": instance.instance_id,
         "workflow": instance.workflow_name,
         "status": instance.status,
-        "queued": _iso(instance.created_at),
-        "start": _iso(instance.started_at),
-        "end": _iso(instance.ended_at),
-        "modified": _iso(instance.updated_at),
-        "wake_at": _iso(instance.wake_at),
+        "queued": instance.created_at,
+        "start": instance.started_at,
+        "end": instance.ended_at,
+        "modified": instance.updated_at,
+        "wake_at": instance.wake_at,
         "current_step": instance.current_step,
         "waiting_reason": instance.waiting_reason,
     }
@@ -68,30 +73,39 @@ def describe_step(step: Step) -> dict:
         "key": step.key,
         "type": step.kind,
         "status": step.status,
-        "start": _iso(step.started_at),
-        "end": _iso(step.ended_at),
+        "start": step.started_at,
+        "end": step.ended_at,
         "config": step.config,
         "success": {"succeeded": True, "failed": False}.get(step.status),
         "output": step.result,
         "error": step.error and {"name": step.error.get("name"), "message": step.error.get("message")},
     }
     if step.kind == StepKind.DO:
-        data["attempts"] = step.attempts
+        data["attempts"] = [_attempt(attempt) for attempt in step.attempts]
     if step.kind in (StepKind.SLEEP, StepKind.WAIT):
-        data["until" if step.kind == StepKind.SLEEP else "deadline"] = _iso(step.wake_at)
+        data["until" if step.kind == StepKind.SLEEP else "deadline"] = step.wake_at
     if step.kind == StepKind.DO and step.status == "retrying":
-        data["next_attempt"] = _iso(step.wake_at)
+        data["next_attempt"] = step.wake_at
     return data
+
+
+_ATTEMPT_TIMES = ("start", "end")
+
+
+def _attempt(stored: dict) -> dict:
+    """A journaled attempt of a ``step.do``, its start and end (ISO text in the JSON column) as datetimes."""
+    return {key: datetime.fromisoformat(value) if key in _ATTEMPT_TIMES and isinstance(value, str) else value
+            for key, value in stored.items()}
 
 
 def describe_event(event: Event, consumed_by_key: str | None) -> dict:
     return {
         "type": event.type,
         "payload": event.payload,
-        "received": _iso(event.received_at),
+        "received": event.received_at,
         "sender": event.sender,
         "consumed_by": consumed_by_key,
-        "consumed": _iso(event.consumed_at),
+        "consumed": event.consumed_at,
     }
 
 

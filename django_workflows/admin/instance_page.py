@@ -15,7 +15,8 @@ from django_workflows.admin.steering import steering_buttons
 from django_workflows.approvals import approval_awaited, decision_refused
 from django_workflows.describe import describe_event, describe_step
 from django_workflows.drawing.diagram import render_diagram
-from django_workflows.drawing.timeline import human_duration, render_timeline, when
+from django_workflows.drawing.time_axis import human_duration
+from django_workflows.drawing.timeline import render_timeline
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step
 from django_workflows.outline import diagram_for
@@ -139,7 +140,7 @@ class InstancePage:
             "duration": human_duration((end - step.started_at).total_seconds()) if end else "",
             "attempts": len(step.attempts or []),
             "failed_attempts": sum(1 for attempt in step.attempts or [] if not attempt.get("success")),
-            "next_attempt": when(data.get("next_attempt")),
+            "next_attempt": data.get("next_attempt"),
         }
 
     def send_event_view(self, request, object_id):

@@ -1,4 +1,8 @@
-"""Request and response shapes. Requests are validated here; everything else is the engine's job."""
+"""Request and response shapes. Requests are validated here; everything else is the engine's job.
+
+Responses are written here too: a view answers with ``Serializer(value).data``, ``value`` being what
+``django_workflows.describe`` made, so that the schema drf-spectacular draws from these classes and
+the answers cannot disagree."""
 
 from rest_framework import serializers
 
@@ -68,6 +72,25 @@ class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
         return data
 
 
+# A dict of django_workflows.describe on its way out. A key it leaves out stays out (a step's "until" is
+# a sleep's alone), where DRF would write null for a missing field that allows null; and the keys keep
+# the dict's order, which for a stored one (an attempt, from a jsonb column on PostgreSQL) is the
+# database's. No docstring: the schema would give it to every serializer below as its description.
+class Described(serializers.Serializer):
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        return {key: data[key] for key in instance if key in data}
+
+
+class MomentField(serializers.DateTimeField):
+    """A datetime of describe, written as ``datetime.isoformat()`` writes it, in the zone it was stored
+    in: "2025-01-01T12:00:00.250000+00:00". DRF's DateTimeField would follow the project's
+    ``REST_FRAMEWORK`` (its DATETIME_FORMAT), move it to the current time zone and write UTC as "Z"."""
+
+    def to_representation(self, value):
+        return value.isoformat()
+
+
 class ErrorBodySerializer(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
@@ -78,69 +101,69 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorBodySerializer()
 
 
-class AttemptSerializer(serializers.Serializer):
+class AttemptSerializer(Described):
     attempt = serializers.IntegerField()
-    start = serializers.CharField()
-    end = serializers.CharField()
+    start = MomentField()
+    end = MomentField()
     success = serializers.BooleanField()
     error = serializers.DictField(required=False)
 
 
-class StepSerializer(serializers.Serializer):
+class StepSerializer(Described):
     name = serializers.CharField()
     key = serializers.CharField()
     type = serializers.ChoiceField(choices=["do", "sleep", "waitForEvent"])
     status = serializers.CharField()
-    start = serializers.CharField(allow_null=True)
-    end = serializers.CharField(allow_null=True)
+    start = MomentField(allow_null=True)
+    end = MomentField(allow_null=True)
     config = serializers.JSONField(allow_null=True)
     success = serializers.BooleanField(allow_null=True)
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     attempts = AttemptSerializer(many=True, required=False)
-    until = serializers.CharField(required=False, allow_null=True)
-    deadline = serializers.CharField(required=False, allow_null=True)
-    next_attempt = serializers.CharField(required=False, allow_null=True)
+    until = MomentField(required=False, allow_null=True)
+    deadline = MomentField(required=False, allow_null=True)
+    next_attempt = MomentField(required=False, allow_null=True)
 
 
-class EventSerializer(serializers.Serializer):
+class EventSerializer(Described):
     type = serializers.CharField()
     payload = serializers.JSONField(allow_null=True)
-    received = serializers.CharField()
+    received = MomentField()
     sender = serializers.CharField(allow_blank=True)
     consumed_by = serializers.CharField(allow_null=True)
-    consumed = serializers.CharField(allow_null=True)
+    consumed = MomentField(allow_null=True)
 
 
-class InstanceSummarySerializer(serializers.Serializer):
+class InstanceSummarySerializer(Described):
     id = serializers.CharField()
     workflow = serializers.CharField()
     status = serializers.CharField()
-    queued = serializers.CharField()
-    start = serializers.CharField(allow_null=True)
-    end = serializers.CharField(allow_null=True)
-    modified = serializers.CharField()
-    wake_at = serializers.CharField(allow_null=True)
+    queued = MomentField()
+    start = MomentField(allow_null=True)
+    end = MomentField(allow_null=True)
+    modified = MomentField()
+    wake_at = MomentField(allow_null=True)
     current_step = serializers.CharField(allow_blank=True)
     waiting_reason = serializers.CharField(
         allow_null=True, help_text="Why a waiting instance cannot run yet, when its steps do not say."
     )
 
 
-class InstancePageSerializer(serializers.Serializer):
+class InstancePageSerializer(Described):
     count = serializers.IntegerField()
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = InstanceSummarySerializer(many=True)
 
 
-class PageSerializer(serializers.Serializer):
+class PageSerializer(Described):
     page = serializers.IntegerField()
     pages = serializers.IntegerField()
     count = serializers.IntegerField()
 
 
-class DetailPagesSerializer(serializers.Serializer):
+class DetailPagesSerializer(Described):
     per_page = serializers.IntegerField()
     steps = PageSerializer(help_text="Ask for another page with ?steps_page=.")
     events = PageSerializer(help_text="Ask for another page with ?events_page=.")
@@ -155,7 +178,7 @@ class InstanceSerializer(InstanceSummarySerializer):
     pages = DetailPagesSerializer()
 
 
-class DeclaredEventSerializer(serializers.Serializer):
+class DeclaredEventSerializer(Described):
     type = serializers.CharField()
     permission = serializers.CharField(allow_null=True)
     webhook = serializers.BooleanField(help_text="Accepted only signed, at the webhook endpoint.")
@@ -163,7 +186,7 @@ class DeclaredEventSerializer(serializers.Serializer):
     schema = serializers.JSONField(allow_null=True, help_text="The JSON Schema its payload must match.")
 
 
-class WorkflowSerializer(serializers.Serializer):
+class WorkflowSerializer(Described):
     name = serializers.CharField()
     class_name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
@@ -173,7 +196,7 @@ class WorkflowSerializer(serializers.Serializer):
                                      help_text="The event types it accepts; null when it accepts any.")
 
 
-class EventAcceptedSerializer(serializers.Serializer):
+class EventAcceptedSerializer(Described):
     accepted = serializers.BooleanField()
     event_id = serializers.IntegerField(help_text="The stored event; the same for a repeat of its Idempotency-Key.")
     instance = InstanceSummarySerializer()

@@ -113,14 +113,15 @@ def idempotency_key(request) -> str | None:
 class WorkflowListView(WorkflowAPIView):
     @operation(operation_id="workflows_list", responses={200: s.WorkflowSerializer(many=True), **errors(401, 403)})
     def get(self, request):
-        return Response([describe_workflow(name) for name in registry.names()])
+        described = [describe_workflow(name) for name in registry.names()]
+        return Response(s.WorkflowSerializer(described, many=True).data)
 
 
 class WorkflowDetailView(WorkflowAPIView):
     @operation(operation_id="workflows_retrieve", responses={200: s.WorkflowSerializer, **errors(401, 403, 404)})
     def get(self, request, name):
         self.workflow(name)
-        return Response(describe_workflow(name))
+        return Response(s.WorkflowSerializer(describe_workflow(name)).data)
 
 
 class InstancePagination(PageNumberPagination):
@@ -142,6 +143,14 @@ class InstancePagination(PageNumberPagination):
             raise exceptions.WorkflowAPIError(f"page must be a whole number from 1, got {raw[:100]!r}.",
                                               "invalid_page")
         return super().get_page_number(request, paginator)
+
+    def get_paginated_response(self, data):
+        return Response(s.InstancePageSerializer({
+            "count": self.page.paginator.count,
+            "next": self.get_next_link(),
+            "previous": self.get_previous_link(),
+            "results": data,
+        }).data)
 
 
 def _whole_number(text: str, low: int, high: int) -> bool:
@@ -180,7 +189,8 @@ class InstanceListView(WorkflowAPIView):
         serializer.is_valid(raise_exception=True)
         created = handle.create(id=serializer.validated_data.get("instance_id"),
                                 params=serializer.validated_data.get("params"))
-        return Response(describe_instance(self.instance_row(created)), status=http.HTTP_201_CREATED)
+        return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
+                        status=http.HTTP_201_CREATED)
 
 
 class InstanceBatchView(WorkflowAPIView):
@@ -196,7 +206,8 @@ class InstanceBatchView(WorkflowAPIView):
             {"id": item.get("instance_id"), "params": item.get("params")} for item in serializer.validated_data
         ])
         rows = Instance.objects.in_bulk([h.pk for h in created])
-        return Response([instance_summary(rows[h.pk]) for h in created], status=http.HTTP_201_CREATED)
+        summaries = [instance_summary(rows[h.pk]) for h in created]
+        return Response(s.InstanceSummarySerializer(summaries, many=True).data, status=http.HTTP_201_CREATED)
 
 
 class InstanceDetailView(WorkflowAPIView):
@@ -217,7 +228,8 @@ class InstanceDetailView(WorkflowAPIView):
                 raise exceptions.WorkflowAPIError(
                     f"{parameter} must be a whole number from 1 to {high}, got {raw[:100]!r}.", "invalid_page")
             pages[parameter] = default if raw is None else int(raw)
-        return Response(describe_instance(self.instance_row(self.instance(name, instance_id)), **pages))
+        described = describe_instance(self.instance_row(self.instance(name, instance_id)), **pages)
+        return Response(s.InstanceSerializer(described).data)
 
 
 class InstanceStatusView(WorkflowAPIView):
@@ -234,7 +246,7 @@ class InstanceStatusView(WorkflowAPIView):
             handle.restart(from_step=change["from"]["name"], count=change["from"]["count"])
         else:
             getattr(handle, change["status"])()
-        return Response(instance_summary(self.instance_row(handle)))
+        return Response(s.InstanceSummarySerializer(instance_summary(self.instance_row(handle))).data)
 
 
 class InstanceEventView(WorkflowAPIView):
@@ -258,8 +270,9 @@ class InstanceEventView(WorkflowAPIView):
         payload = self.json_body(request, required=False)
         event_id = handle.send_event(type=event_type, payload=payload, sender=self.sender(request),
                                      delivery=self.delivery, idempotency_key=idempotency_key(request))
-        return Response({"accepted": True, "event_id": event_id, "instance": instance_summary(self.instance_row(handle)),
-                         "type": event_type}, status=http.HTTP_202_ACCEPTED)
+        accepted = {"accepted": True, "event_id": event_id,
+                    "instance": instance_summary(self.instance_row(handle)), "type": event_type}
+        return Response(s.EventAcceptedSerializer(accepted).data, status=http.HTTP_202_ACCEPTED)
 
 
 _UNGUESSABLE_SECRET = secrets.token_hex(32)

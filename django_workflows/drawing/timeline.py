@@ -3,15 +3,10 @@
 A step's row shows what the journal knows of it: each attempt of a ``step.do`` as a bar (green when it
 succeeded, red when it failed) with the retry delays between attempts as dashed gaps, a sleep until its
 wake time, a wait until the event that ended it (and who sent it) or its deadline. The rows take the
-data shapes of ``django_workflows.describe`` (``describe_step``, ``describe_event``).
+data shapes of ``django_workflows.describe`` (``describe_step``, ``describe_event``), whose moments are
+datetimes.
 
-The time axis is linear: a second is as wide at the start as at the end, so a 60 ms hand-off between
-two 3 s steps is drawn fifty times narrower than they are, and ticks fall on round offsets since the
-instance was queued. A step of a few milliseconds beside a wait of hours is a sliver (never thinner than
-``MIN_BAR``); its exact times are in its tooltip and the journal. Only what lies ahead of the last thing
-that happened (the rest of a wait or sleep, a deadline, the next attempt) may be drawn shorter: when
-drawing it to scale would take more than ``AHEAD_SHARE`` of the axis, it is squeezed into that share
-behind a break mark labelled with its real length, so that the past keeps the room.
+Where a moment lies on the axis, and how the ticks are labelled, is ``drawing.time_axis``'s business.
 """
 
 from __future__ import annotations
@@ -20,6 +15,10 @@ import math
 from datetime import datetime
 
 from django_workflows.drawing.svg import Canvas, Drawing, fit
+from django_workflows.drawing.time_axis import TEXT_CHAR, TimeAxis, human_duration, tick_label
+
+# human_duration and tick_label are the axis's; they may still be imported from here.
+__all__ = ["Timeline", "human_duration", "render_timeline", "tick_label"]
 
 LABEL_WIDTH = 270
 PLOT_WIDTH = 790
@@ -32,135 +31,18 @@ BAR_HEIGHT = 12
 LABEL_LINE = 14
 EVENT_LANE = 46
 MIN_BAR = 4
-TICK_SPACING = 92
-AHEAD_SHARE = 0.25
-TEXT_CHAR = 6  # pixels per character of the 10-11 px texts of the axis and the events, measured roughly
-# Tick intervals, in seconds: the first that leaves room for its labels is used.
-TICK_STEPS = (
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
-    1, 2, 5, 10, 15, 30,
-    60, 2 * 60, 5 * 60, 10 * 60, 15 * 60, 30 * 60,
-    3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
-    86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400,
-)
-UNITS = (("d", 86400), ("h", 3600), ("min", 60))
-
-
-def when(value) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(value)
-
-
-def human_duration(seconds: float) -> str:
-    """``0.0123`` -> "12 ms", ``95`` -> "1 min 35 s", ``266400`` -> "3 d 2 h"."""
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s".replace(".0 s", " s")
-    units = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
-    parts = []
-    remaining = int(round(seconds))
-    for name, size in units:
-        if remaining >= size:
-            parts.append(f"{remaining // size} {name}")
-            remaining %= size
-        if len(parts) == 2:
-            break
-    return " ".join(parts)
-
-
-def tick_label(offset: float, step: float) -> str:
-    """An offset in seconds as a tick shows it, down to the unit of the ``step`` between ticks, so that
-    no two ticks read the same: "+0", "+250 ms", "+1.5 s", "+2 min 30 s", "+3 d 2 h"."""
-    if offset <= 0:
-        return "+0"
-    if offset < 1:
-        return f"+{offset * 1000:.0f} ms"
-    decimals = math.ceil(round(-math.log10(step), 6)) if step < 1 else 0
-    smallest = next(size for size in (86400, 3600, 60, 1) if size <= max(step, 1))
-    rest = round(offset, decimals)
-    parts = []
-    for name, size in UNITS:
-        if size < smallest:
-            break
-        count, rest = divmod(rest, size)
-        if count:
-            parts.append(f"{int(count)} {name}")
-    if smallest == 1 and rest:
-        parts.append(f"{rest:.{decimals}f} s")
-    return "+" + " ".join(parts)
-
-
-class TimeAxis:
-    """Maps moments to x, in proportion to time; see the module's docstring for what lies ahead.
-
-    ``happened`` are the moments that have come (starts, ends, events received, now), ``planned``
-    those that may still be to come (the end of a sleep, a deadline, the next attempt).
-    """
-
-    def __init__(self, happened, planned, left: float, width: float):
-        happened, planned = sorted(happened), sorted(planned)
-        self.start = happened[0] if happened else planned[0]
-        self.last = happened[-1] if happened else self.start  # the last thing that happened
-        self.end = max([self.last, *planned])
-        self.left, self.right = left, left + width
-        past = (self.last - self.start).total_seconds()
-        ahead = (self.end - self.last).total_seconds()
-        self.ahead = ahead
-        self.shortened = past > 0 and ahead > AHEAD_SHARE * (past + ahead)
-        if self.shortened:
-            self.break_x = left + width * (1 - AHEAD_SHARE)
-            self.per_second = (self.break_x - left) / past
-            self.ahead_per_second = (self.right - self.break_x) / ahead
-        else:
-            self.break_x = None
-            total = past + ahead
-            self.per_second = width / total if total else 0
-            self.ahead_per_second = self.per_second
-
-    def x(self, moment: datetime) -> float:
-        if self.shortened and moment > self.last:
-            x = self.break_x + (moment - self.last).total_seconds() * self.ahead_per_second
-        else:
-            x = self.left + (moment - self.start).total_seconds() * self.per_second
-        return min(max(x, self.left), self.right)
-
-    def ticks(self, origin: datetime) -> list[tuple[float, str]]:
-        """``(x, label)`` of each tick: round offsets since ``origin``, as close as their labels allow.
-        The part squeezed ahead gets one tick, at its end."""
-        first = (self.start - origin).total_seconds()
-        last = ((self.last if self.shortened else self.end) - origin).total_seconds()
-        # Without a span to divide (everything at one moment), the start alone is labelled.
-        ticks = [(self.left, "+" + human_duration(first) if first > 0 else "+0")]
-        for step in TICK_STEPS:
-            apart = step * self.per_second
-            if apart < TICK_SPACING:
-                continue
-            numbers = range(math.ceil(first / step - 1e-9), math.floor(last / step + 1e-9) + 1)
-            labels = [tick_label(n * step, step) for n in numbers]
-            if labels and apart >= max(len(label) for label in labels) * TEXT_CHAR + 16:
-                ticks = [
-                    (self.left + (n * step - first) * self.per_second, label)
-                    for n, label in zip(numbers, labels, strict=True)
-                ]
-                break
-        if self.shortened:
-            ticks.append((self.right, "+" + human_duration((self.end - origin).total_seconds())))
-        return ticks
 
 
 def _step_moments(step: dict) -> tuple[list[datetime], list[datetime]]:
     """The moments of a step that have happened (starts, ends), and those it plans (the end of a
     sleep, a deadline, the next attempt), which may lie ahead."""
-    happened = [when(step.get("start")), when(step.get("end"))]
+    happened = [step.get("start"), step.get("end")]
     for attempt in step.get("attempts") or ():
-        happened += [when(attempt.get("start")), when(attempt.get("end"))]
+        happened += [attempt.get("start"), attempt.get("end")]
     # The deadline of a wait that got its event is not a moment of interest: it would stretch the
     # axis days past the end of the instance.
-    deadline = when(step.get("deadline")) if step.get("status") != "succeeded" else None
-    planned = [when(step.get("until")), deadline, when(step.get("next_attempt"))]
+    deadline = step.get("deadline") if step.get("status") != "succeeded" else None
+    planned = [step.get("until"), deadline, step.get("next_attempt")]
     return [m for m in happened if m is not None], [m for m in planned if m is not None]
 
 
@@ -187,7 +69,7 @@ class Timeline:
             done, ahead = _step_moments(step)
             happened += done
             planned += ahead
-        happened += [when(event["received"]) for event in events]
+        happened += [event["received"] for event in events]
         if now is not None:
             happened.append(now)
         if not happened and not planned:
@@ -211,7 +93,7 @@ class Timeline:
         """The label of the event that ended a wait, and where it goes: ``(text, x, "beside")`` right
         of the event's diamond when it fits there, else ``(text, x, "below")`` on a line under the
         bar (its x the text's right end). Never over the bar, whose colour would hide it."""
-        end = when(step.get("end"))
+        end = step.get("end")
         if step["type"] != "waitForEvent" or step["status"] != "succeeded" or end is None:
             return None
         received = self.sender_by_step.get(step["key"])
@@ -311,11 +193,11 @@ class Timeline:
         x = self.scale.x
         attempts = step.get("attempts") or []
         if not attempts:
-            start, end = when(step["start"]), when(step.get("end")) or when(step["start"])
+            start, end = step["start"], step.get("end") or step["start"]
             _bar(canvas, x(start), x(end), y, "dw-bar dw-bar-do", f"{step['key']}: {self.at(start)}")
         previous_end = None
         for attempt in attempts:
-            start, end = when(attempt["start"]), when(attempt["end"])
+            start, end = attempt["start"], attempt["end"]
             if previous_end is not None:
                 canvas.line(
                     x(previous_end),
@@ -342,7 +224,7 @@ class Timeline:
                 title,
             )
             previous_end = end
-        next_attempt = when(step.get("next_attempt"))
+        next_attempt = step.get("next_attempt")
         if next_attempt is not None and previous_end is not None:
             canvas.line(
                 x(previous_end),
@@ -363,7 +245,7 @@ class Timeline:
 
     def sleep_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x
-        start, until = when(step["start"]), when(step.get("until")) or when(step["start"])
+        start, until = step["start"], step.get("until") or step["start"]
         length = human_duration((until - start).total_seconds())
         title = f"{step['key']}: sleeps from {self.at(start)} until {self.at(until)} ({length})"
         if step["status"] == "succeeded" or self.now is None:
@@ -375,7 +257,7 @@ class Timeline:
 
     def wait_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x
-        start, deadline, end = when(step["start"]), when(step.get("deadline")), when(step.get("end"))
+        start, deadline, end = step["start"], step.get("deadline"), step.get("end")
         types = " or ".join((step.get("config") or {}).get("type") or [])
         if step["status"] == "succeeded" and end is not None:
             received = self.sender_by_step.get(step["key"])
@@ -455,7 +337,7 @@ class Timeline:
         canvas.text(26, top + 34, f"{len(self.events)} in this range", class_="dw-axis-note")
         labelled_to = -math.inf  # where the last label drawn ends: the next starts clear of it
         for event in self.events:
-            received = when(event["received"])
+            received = event["received"]
             cx = self.scale.x(received)
             consumed = event.get("consumed_by")
             sender = event.get("sender") or "unknown sender"

@@ -7,7 +7,7 @@ import json
 from django import template
 from django.utils.html import format_html
 
-from django_workflows.drawing.timeline import human_duration
+from django_workflows.drawing.time_axis import human_duration
 from django_workflows.models import InstanceStatus
 
 register = template.Library()

@@ -793,7 +793,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def at(seconds):
-    return (T0 + timedelta(seconds=seconds)).isoformat()
+    return T0 + timedelta(seconds=seconds)
 
 
 def do_step(key, start, end):
@@ -822,7 +822,7 @@ def wait_step(key, start, *, end=None, deadline, sender="admin:reviewer", event_
     }
     if end is None:
         return step, []
-    step["output"] = {"type": event_type, "payload": {}, "timestamp": at(end)}
+    step["output"] = {"type": event_type, "payload": {}, "timestamp": at(end).isoformat()}  # the step's JSON
     event = {"type": event_type, "received": at(end), "sender": sender, "consumed_by": key}
     return step, [event]
 

@@ -4,11 +4,12 @@ import json
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from django_workflows import workflows
-from django_workflows.models import Event, Instance
+from django_workflows.models import Event, Instance, Step
 from django_workflows.webhooks import sign
 
 ROLES = {
@@ -91,6 +92,24 @@ def test_create_and_describe_an_instance(api, workflows_env):
 def test_create_without_body_uses_a_uuid(api):
     response = api.post("/workflows/three-steps/instances/", content_type="application/json")
     assert response.status_code == 201 and len(response.json()["id"]) == 36
+
+
+def test_moments_are_iso_8601_as_stored_whatever_the_projects_drf_settings_and_time_zone(api, workflows_env,
+                                                                                      settings):
+    # DRF's DateTimeField would follow DATETIME_FORMAT, move each moment to the current time zone and
+    # write UTC as "Z"; the API writes datetime.isoformat() of the stored value.
+    settings.REST_FRAMEWORK = {"DATETIME_FORMAT": "%d/%m/%Y"}
+    waiting_approval(workflows_env)
+    row = Instance.objects.get(instance_id="a1")
+    ask, wait = Step.objects.filter(instance_id=row.pk).order_by("id")
+    with timezone.override("Asia/Kolkata"):
+        body = api.get("/workflows/approval/instances/a1/").json()
+        listed = api.get("/workflows/approval/instances/").json()["results"][0]
+    assert body["queued"] == listed["queued"] == row.created_at.isoformat()
+    assert body["queued"].endswith("+00:00") and body["end"] is None
+    assert body["steps"][0]["attempts"][0]["start"] == ask.attempts[0]["start"]  # the journal's own text
+    assert body["steps"][0]["end"] == ask.ended_at.isoformat()
+    assert body["steps"][1]["deadline"] == wait.wake_at.isoformat()
 
 
 def test_steps_show_sleeps_waits_and_failed_attempts(api, workflows_env):

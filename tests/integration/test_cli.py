@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import sys
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -30,6 +30,11 @@ def run(*args) -> str:
 
 def run_json(*args):
     return json.loads(run(*args, "--json"))
+
+
+def as_json(described):
+    """Describe data as --json prints it: datetimes in ISO 8601, as ``datetime.isoformat()`` writes them."""
+    return json.loads(json.dumps(described, default=datetime.isoformat))
 
 
 def refused(*args) -> CommandError:
@@ -144,7 +149,7 @@ def test_trigger_with_params_and_an_id(workflows_env):
 
 def test_trigger_json_describes_the_queued_instance(workflows_env):
     data = run_json("trigger", "sleeper", '{"duration": "1 hour"}', "--id", "nap-1")
-    assert data == describe_instance(Instance.objects.get(instance_id="nap-1"))
+    assert data == as_json(describe_instance(Instance.objects.get(instance_id="nap-1")))
     assert data["status"] == "queued" and data["params"] == {"duration": "1 hour"} and data["steps"] == []
 
 
@@ -238,7 +243,7 @@ def test_instances_list_json(workflows_env):
     workflows_env.advance("1 second")
     waiting_approval(workflows_env, id="a2")
     data = run_json("instances", "list", "approval", "--limit", "1")
-    assert data == [instance_summary(Instance.objects.get(instance_id="a2"))]
+    assert data == [as_json(instance_summary(Instance.objects.get(instance_id="a2")))]
     assert data[0]["current_step"] == "approval-1" and data[0]["wake_at"] is not None
 
 
@@ -309,14 +314,14 @@ def test_instances_describe_latest_is_the_newest_instance(workflows_env):
     completed(workflows_env, id="newer", params={"n": 2})
     workflows.get("sleeper").create(id="other-workflow", params={})  # newer still, but another workflow
     assert field(run("instances", "describe", "three-steps", "latest"), "Instance") == "newer"
-    assert run_json("instances", "describe", "three-steps", "latest") == describe_instance(
-        Instance.objects.get(instance_id="newer"))
+    assert run_json("instances", "describe", "three-steps", "latest") == as_json(describe_instance(
+        Instance.objects.get(instance_id="newer")))
 
 
 def test_instances_describe_json(workflows_env):
     completed(workflows_env, id="x")
     data = run_json("instances", "describe", "three-steps", "x")
-    assert data == describe_instance(Instance.objects.get(instance_id="x"))
+    assert data == as_json(describe_instance(Instance.objects.get(instance_id="x")))
     assert [step["key"] for step in data["steps"]] == ["a-1", "b-1", "c-1"]
 
 
@@ -350,7 +355,7 @@ def test_send_event_json_and_an_event_kept_in_the_inbox(workflows_env):
     data = run_json("instances", "send-event", "approval", "order-10", "--type", "reminder")
     sender = f"cli:{getpass.getuser()}"
     assert data == {"accepted": True, "type": "reminder", "sender": sender,
-                    "instance": instance_summary(Instance.objects.get(instance_id="order-10"))}
+                    "instance": as_json(instance_summary(Instance.objects.get(instance_id="order-10")))}
     # Not the type it waits for: kept in the inbox, and the instance still waits.
     assert data["instance"]["status"] == "waiting"
     assert Event.objects.get().payload is None and Event.objects.get().sender == sender
@@ -400,7 +405,8 @@ def test_pause_and_resume(workflows_env):
     workflows_env.advance("100 hours")
     assert instance.status()["status"] == "paused"
     data = run_json("instances", "resume", "approval", "p")
-    assert data == instance_summary(Instance.objects.get(instance_id="p")) and data["status"] == "queued"
+    assert data == as_json(instance_summary(Instance.objects.get(instance_id="p")))
+    assert data["status"] == "queued"
     workflows_env.run_until_idle()
     assert instance.status()["output"] == {"status": "expired"}
 
@@ -499,4 +505,5 @@ def test_exit_codes_of_a_real_command_line(workflows_env):
 
     described = manage("instances", "describe", "three-steps", "done", "--json")
     assert described.returncode == 0, described.stderr
-    assert json.loads(described.stdout) == describe_instance(Instance.objects.get(instance_id="done"))
+    done = Instance.objects.get(instance_id="done")
+    assert json.loads(described.stdout) == as_json(describe_instance(done))

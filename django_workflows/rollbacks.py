@@ -86,9 +86,9 @@ class UndoSteps:
             config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
         self.rollbacks.append(PendingUndo(name, handler, undo_config, output, self._context(name, attempt, policy)))
 
-    def rollback_all(self, error) -> int:
-        """Run the remembered undos, last first; return how many ran (or were found in the journal)."""
-        undone = 0
+    def rollback_all(self, error) -> list[str]:
+        """Run the remembered undos, last first; return the names of the steps undone, in that order."""
+        undone = []
         while self.rollbacks:
             pending = self.rollbacks.pop()
 
@@ -97,5 +97,5 @@ class UndoSteps:
 
             self.undoing = PREFIX + pending.step_name
             self.do(self.undoing, undo, pending.config)
-            undone += 1
+            undone.append(pending.step_name)
         return undone

@@ -76,10 +76,11 @@ class WorkflowStep:
             validate_step_name(name)
         return lambda func: self._declare(name, func, config, depends, False)
 
-    def rollback_all(self, error: BaseException | None = None) -> None:
+    def rollback_all(self, error: BaseException | None = None) -> list[str]:
         """Run the undos of every step that succeeded with one, last first, each as a durable step;
-        ``error`` is what their handlers receive as ``error``. A failed ``run()`` calls it by itself."""
-        self._replay.call(self._replay.rollback_all, error)
+        ``error`` is what their handlers receive as ``error``; return the names of the steps undone. A
+        failed ``run()`` calls it by itself."""
+        return self._replay.call(self._replay.rollback_all, error)
 
     def sleep(self, name: str, duration) -> None:
         """Wait ``duration`` (milliseconds, or "N unit(s)"), holding no worker."""

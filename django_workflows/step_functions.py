@@ -101,7 +101,8 @@ class StepFunction:
 
     def result(self):
         """This step's result in this replay: the last call's, or the step run now if it has not been."""
-        return self._results[-1] if self._results else self()
+        # The plain call, not an async step function's awaitable: a dependency's value is passed in.
+        return self._results[-1] if self._results else StepFunction.__call__(self)
 
     def undo(self, handler=None, *, config=None):
         """Declare the step's undo (``@charge.undo``): it runs, as a durable step of its own, when

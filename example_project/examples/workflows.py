@@ -1,13 +1,13 @@
 """The examples of Cloudflare's Workflows announcement, ported: a document pipeline, a payment
-approval, an order saga, a race of two webhooks, a flaky step and a plain sleep; and the smallest
-workflow of all, order-fulfilment, to read first.
+approval, an order saga (with rollbacks), a race of two webhooks, a flaky step and a plain sleep; the
+DAG example of Cloudflare's Python SDK, as written there (async, decorators, dependencies by name); and
+the smallest workflow of all, order-fulfilment, to read first.
 
 Every service call passes an idempotency key made of the instance id and the step, so a step
 that runs again after a crash is recognised by the service.
 """
 
 from django_workflows import WorkflowEntrypoint, WorkflowTimeoutError
-
 from examples import services
 
 
@@ -72,21 +72,20 @@ class OrderSaga(WorkflowEntrypoint):
 
     def run(self, event, step):
         key, order = event.instance_id, event.payload
-        compensations = []
         quick = {"retries": {"limit": 2, "delay": "1 second", "backoff": "constant"}}
+        # Each undo sits beside the step it undoes; a failure below runs them, newest first, each a
+        # durable step of its own ("rollback reserve-inventory"), with the same quick retries.
         try:
             reservation = step.do("reserve-inventory",
-                                  lambda: services.reserve_inventory(f"{key}:reserve", order["items"]), config=quick)
-            compensations.append(("release-inventory",
-                                  lambda: services.release_inventory(f"{key}:release", reservation["reservation_id"])))
-            charge = step.do("charge", lambda: services.charge(f"{key}:charge", order["amount"]), config=quick)
-            compensations.append(("refund", lambda: services.refund(f"{key}:refund", charge["charge_id"])))
+                                  lambda: services.reserve_inventory(f"{key}:reserve", order["items"]), config={
+                                      **quick, "rollback": lambda output: services.release_inventory(
+                                          f"{key}:release", output["reservation_id"]), "rollback_config": quick})
+            charge = step.do("charge", lambda: services.charge(f"{key}:charge", order["amount"]), config={
+                **quick, "rollback": lambda output: services.refund(f"{key}:refund", output["charge_id"]),
+                "rollback_config": quick})
             step.do("confirm", lambda: services.confirm_order(f"{key}:confirm", order["order_id"]), config=quick)
         except services.ServiceError as exc:
-            undone = []
-            for name, undo in reversed(compensations):
-                step.do(name, undo)
-                undone.append(name)
+            undone = step.rollback_all(exc)
             return {"status": "compensated", "error": str(exc), "undone": undone}
         return {"status": "confirmed", "reservation": reservation["reservation_id"], "charge": charge["charge_id"]}
 
@@ -157,3 +156,27 @@ class OrderFulfilment(WorkflowEntrypoint):
         shipment = step.do("ship", lambda: {"tracking": f"TRK-{order['order_id']}"})
         return {"reservation": reservation, "shipment": shipment}
 
+
+
+class PythonDag(WorkflowEntrypoint):
+    """Cloudflare's Python SDK DAG example, as written there: async steps, the last depending on two."""
+
+    name = "python-dag"
+
+    async def run(self, event, step):
+        await step.sleep("demo sleep", "2 seconds")
+
+        @step.do()
+        async def dep_1():
+            return "dep1"
+
+        @step.do()
+        async def dep_2():
+            return "dep2"
+
+        @step.do(concurrent=True)
+        async def final_step(dep_1, dep_2, ctx):
+            # Dependencies come in by parameter name; ctx is the step context.
+            return f"{dep_1} {dep_2} (attempt {ctx.attempt} of {ctx.step.name})"
+
+        return await final_step()

@@ -1,10 +1,11 @@
 """Property: a random workflow program replayed after a crash at any point gives the same output and
-the same side effects as an uninterrupted run; only the step the crash interrupted may run twice."""
+the same side effects as an uninterrupted run; only the step the crash interrupted may run twice. The
+points include the undos of a failed program's rollback, and its outcome includes the rollback's."""
 
 from collections import Counter
 from datetime import timedelta
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_workflows import workflows
@@ -44,12 +45,17 @@ def run_to_the_end(env, handle, instance_id, ops, crash=None):
 
 
 def crash_points_of(ops):
-    return [(index, moment) for index, op in enumerate(ops) if op[0] == "do" for moment in ("before", "after")]
+    """Before and after each step's body, and before and after each step's undo (which runs only when the
+    program errors)."""
+    return [(point, moment) for index, op in enumerate(ops) if op[0] == "do"
+            for point in (index, f"undo{index}") for moment in ("before", "after")]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(ops=programs)
+# A program that fails after two steps succeeded: its rollback undoes them, and is crashed at every point.
+@example(ops=[("do", 0, 0, False), ("sleep", 1000), ("do", 0, 0, False), ("do", 5, 0, False)])
 def test_a_crash_anywhere_changes_nothing_but_the_interrupted_step(workflows_env, ops):
     handle = workflows.get("program")
     run_id = f"p{len(calls)}-{abs(hash(tuple(ops))) % 10**8}"

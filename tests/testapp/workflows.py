@@ -396,7 +396,8 @@ crash_points: set = set()
 class Program(WorkflowEntrypoint):
     """Runs a random program of steps given in params: the subject of the replay property tests.
 
-    ops: ["do", fail_times, retry_limit, caught] | ["sleep", ms] | ["wait", deliver]
+    ops: ["do", fail_times, retry_limit, caught] | ["sleep", ms] | ["wait", deliver]; each do step has an
+    undo, which runs (last first) when the program errors.
     """
 
     def run(self, event, step):
@@ -419,9 +420,20 @@ class Program(WorkflowEntrypoint):
                         raise ValueError(f"op {index} failed")
                     return index * 10
 
+                def undo(index=index):
+                    # Undone when run() fails: crash points and counts of their own ("undo<index>").
+                    if (iid, f"undo{index}", "before") in crash_points:
+                        crash_points.discard((iid, f"undo{index}", "before"))
+                        raise SimulatedCrash()
+                    calls.update([(iid, f"undo{index}")])
+                    if (iid, f"undo{index}", "after") in crash_points:
+                        crash_points.discard((iid, f"undo{index}", "after"))
+                        raise SimulatedCrash()
+
                 try:
                     trace.append(step.do(f"op{index}", body,
-                                         config={"retries": {"limit": limit, "delay": "1 second"}}))
+                                         config={"retries": {"limit": limit, "delay": "1 second"},
+                                                 "rollback": undo}))
                 except ValueError as exc:
                     if not caught:
                         raise

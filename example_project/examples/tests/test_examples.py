@@ -3,6 +3,7 @@
 import pytest
 
 from django_workflows import workflows
+from django_workflows.models import Step
 from examples.models import ServiceCall
 
 
@@ -98,9 +99,11 @@ def test_order_saga_compensates_newest_first_when_confirm_fails(workflows_env, f
     workflows_env.run_until_idle()
     workflows_env.advance("5 seconds")
     output = instance.status()["output"]
-    assert output["status"] == "compensated" and output["undone"] == ["refund", "release-inventory"]
+    assert output["status"] == "compensated" and output["undone"] == ["charge", "reserve-inventory"]
     assert len(calls("confirm")) == 3  # limit 2: three attempts
     assert calls("refund") == [True] and calls("release") == [True]
+    rollbacks = Step.objects.filter(key__startswith="rollback ").order_by("id").values_list("key", flat=True)
+    assert list(rollbacks) == ["rollback charge-1", "rollback reserve-inventory-1"]
 
 
 def test_order_saga_compensates_only_what_was_done(workflows_env, fail):
@@ -108,7 +111,7 @@ def test_order_saga_compensates_only_what_was_done(workflows_env, fail):
     instance = workflows.get("order-saga").create(id="o", params={"order_id": 1, "items": ["a"], "amount": 5})
     workflows_env.run_until_idle()
     workflows_env.advance("5 seconds")
-    assert instance.status()["output"]["undone"] == ["release-inventory"]
+    assert instance.status()["output"]["undone"] == ["reserve-inventory"]
     assert calls("refund") == []
 
 
@@ -145,3 +148,12 @@ def test_plain_sleep(workflows_env):
     assert instance.status()["status"] == "waiting"
     workflows_env.advance("1 second")
     assert instance.status()["output"] == "awake"
+
+
+def test_the_python_sdk_dag_runs_as_cloudflare_writes_it(workflows_env):
+    instance = workflows.get("python-dag").create()
+    workflows_env.run_until_idle()
+    workflows_env.advance("2 seconds")
+    assert instance.status()["output"] == "dep1 dep2 (attempt 1 of final_step)"
+    keys = Step.objects.order_by("id").values_list("key", flat=True)
+    assert list(keys) == ["demo sleep-1", "dep_1-1", "dep_2-1", "final_step-1"]

@@ -43,6 +43,7 @@ EXPECTED = {
     "flaky-step": ("complete", None),
     "plain-sleep": ("complete", None),
     "order-fulfilment": ("complete", None),
+    "python-dag": ("complete", None),
 }
 
 
@@ -330,6 +331,7 @@ class Command(BaseCommand):
             "flaky-step": {},
             "plain-sleep": {"duration": "5 seconds"},
             "order-fulfilment": {"order_id": 44, "items": ["mug"]},
+            "python-dag": {},
         }
         return {name: workflows.get(name).create(params=value) for name, value in params.items()}
 

@@ -67,6 +67,11 @@ def instance_summary(instance: Instance) -> dict:
     }
 
 
+REDACTED = "[redacted: sensitive output]"
+"""What the API, the CLI and the admin show for the result of a step whose config says
+``"sensitive": "output"``."""
+
+
 def describe_step(step: Step) -> dict:
     data = {
         "name": step.name,
@@ -77,7 +82,7 @@ def describe_step(step: Step) -> dict:
         "end": step.ended_at,
         "config": step.config,
         "success": {"succeeded": True, "failed": False}.get(step.status),
-        "output": step.result,
+        "output": REDACTED if step.is_sensitive and step.result is not None else step.result,
         "error": step.error and {"name": step.error.get("name"), "message": step.error.get("message")},
     }
     if step.kind == StepKind.DO:

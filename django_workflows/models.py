@@ -222,6 +222,11 @@ class Step(models.Model):
 
     objects = StepQuerySet.as_manager()
 
+    @property
+    def is_sensitive(self) -> bool:
+        """Whether the step's config says its output is sensitive: journaled, never shown."""
+        return isinstance(self.config, dict) and self.config.get("sensitive") == "output"
+
     class Meta:
         ordering = ["instance", "id"]
         constraints = [

@@ -13,7 +13,10 @@ from django_workflows.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, WorkflowConfigError
 
 BACKOFFS = ("constant", "linear", "exponential")
-_TOP_KEYS = {"retries", "timeout"}
+_TOP_KEYS = {"retries", "timeout", "sensitive"}
+# "sensitive": "output" keeps a step's result out of the admin, the API and the CLI (it is still journaled,
+# for the replays): a card token, a personal record.
+SENSITIVE_VALUES = ("output",)
 # A step's undo and its config, which the engine takes out before the policy is built (rollbacks).
 _UNDO_KEYS = {"rollback", "rollback_config", "rollbackConfig"}
 _RETRY_KEYS = {"limit", "delay", "backoff"}
@@ -27,6 +30,7 @@ class StepPolicy:
     backoff: str
     timeout: timedelta
     delay_function: Any = None
+    sensitive: str | None = None
     """``retries.delay`` given as a function of the attempt that failed (1, 2, ...): its answer, a
     duration, is the wait, and ``backoff`` is not applied."""
 
@@ -60,6 +64,7 @@ class StepPolicy:
                 "backoff": self.backoff,
             },
             "timeout": int(self.timeout / timedelta(milliseconds=1)),
+            **({"sensitive": self.sensitive} if self.sensitive else {}),
         }
 
 
@@ -91,6 +96,8 @@ def validate_config(config: Any, where: str) -> None:
             _fail(where, f"retries.backoff must be one of {', '.join(BACKOFFS)}, got {retries['backoff']!r}")
         if "delay" in retries and not callable(retries["delay"]):
             _duration(retries["delay"], where, "retries.delay")
+    if "sensitive" in config and config["sensitive"] not in SENSITIVE_VALUES:
+        _fail(where, f"sensitive must be {' or '.join(map(repr, SENSITIVE_VALUES))}, got {config['sensitive']!r}")
     if "timeout" in config:
         if _duration(config["timeout"], where, "timeout") <= timedelta(0):
             _fail(where, "timeout must be more than zero")
@@ -114,6 +121,7 @@ def build_policy(config: dict | None, defaults: dict, where: str) -> StepPolicy:
         backoff=retries["backoff"],
         timeout=_duration(config.get("timeout", defaults["timeout"]), where, "timeout"),
         delay_function=delay if callable(delay) else None,
+        sensitive=config.get("sensitive"),
     )
 
 

@@ -138,3 +138,42 @@ def test_a_lambda_declared_without_a_name_is_refused_with_what_to_write(workflow
     error = instance.status()["error"]
     assert error["name"] == "InvalidStepInput" and "@step.do('name')" in error["message"]
     assert issubclass(InvalidStepInput, ValueError)
+
+
+class Sensitive(WorkflowEntrypoint):
+    name = "sdk-sensitive"
+
+    def run(self, event, step):
+        token = step.do("tokenize card", lambda: {"token": "tok_secret_4242"}, config={"sensitive": "output"})
+        return step.do("charge", lambda: {"charged_with": token["token"][-4:]})
+
+
+def test_a_sensitive_output_is_journaled_for_the_replays_and_shown_nowhere(workflows_env, admin_client):
+    from django.core.management import call_command
+
+    instance = workflows.get("sdk-sensitive").create(id="s1")
+    workflows_env.run_until_idle()
+    assert instance.status()["output"] == {"charged_with": "4242"}
+    assert Step.objects.get(key="tokenize card-1").result == {"token": "tok_secret_4242"}
+    api = admin_client.get("/workflows/sdk-sensitive/instances/s1/").json()
+    (tokenize,) = [s for s in api["steps"] if s["name"] == "tokenize card"]
+    assert tokenize["output"] == "[redacted: sensitive output]" and tokenize["config"]["sensitive"] == "output"
+    page = admin_client.get(f"/admin/django_workflows/instance/{instance.pk}/change/").content.decode()
+    assert "tok_secret" not in page and "sensitive output" in page
+    import io
+
+    out = io.StringIO()
+    call_command("workflows", "instances", "describe", "sdk-sensitive", "s1", "--json", stdout=out)
+    assert "tok_secret" not in out.getvalue() and "redacted" in out.getvalue()
+
+
+def test_sensitive_takes_only_output(workflows_env):
+    class Wrong(WorkflowEntrypoint):
+        name = "sdk-sensitive-wrong"
+
+        def run(self, event, step):
+            step.do("x", lambda: 1, config={"sensitive": True})
+
+    instance = workflows.get("sdk-sensitive-wrong").create()
+    workflows_env.run_until_idle()
+    assert "sensitive must be 'output', got True" in instance.status()["error"]["message"]

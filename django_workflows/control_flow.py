@@ -49,3 +49,8 @@ class EndOfJournal(BaseException):
 
     Raised only by ``verification``, whose replay stops where a real one would run or write.
     """
+
+
+class Terminating(BaseException):
+    """``terminate(rollback=True)`` was asked: run() is stopped at the first step the journal has not
+    finished, so that the undos of the steps before it run and the instance ends terminated."""

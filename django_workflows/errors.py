@@ -118,6 +118,11 @@ class InvalidTransition(WorkflowError):
     code, http_status = "transition_not_allowed", 409
 
 
+class InstanceTerminated(WorkflowError):
+    """What the undos of ``terminate(rollback=True)`` receive as ``error``, and the terminated instance's
+    error records, with its rollback's outcome."""
+
+
 class StepNotFound(WorkflowError, LookupError):
     """A restart from a step the instance's journal does not hold."""
 

@@ -177,9 +177,13 @@ class InstanceHandle:
         if not steering.resume(self.pk, clock.now()):
             raise self._refuse("resume")
 
-    def terminate(self) -> None:
-        """Stop the instance for good. A replay running now has its further writes refused."""
-        if not steering.terminate(self.pk, clock.now()):
+    def terminate(self, rollback: bool = False) -> None:
+        """Stop the instance for good. A replay running now has its further writes refused.
+
+        ``rollback=True`` first runs the undos of its steps that succeeded with one (last first, each a
+        durable step): the instance is queued for that replay, and ends ``terminated`` once they ran."""
+        stop = steering.terminate_with_rollback if rollback else steering.terminate
+        if not stop(self.pk, clock.now()):
             raise self._refuse("terminate")
 
     def restart(self, from_step: str | None = None, count: int = 1) -> None:

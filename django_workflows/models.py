@@ -84,6 +84,10 @@ class Instance(models.Model):
         null=True, blank=True, help_text="The event types the instance waits for, if it waits for any."
     )
     current_step = models.CharField(max_length=300, blank=True, default="")
+    terminating = models.BooleanField(
+        default=False,
+        help_text="terminate(rollback=True) was asked: the next replay runs the undos, then terminates it.",
+    )
     waiting_reason = models.TextField(
         null=True, blank=True,
         help_text="Why a waiting instance cannot run yet, when its steps do not say (its workflow is not registered).",

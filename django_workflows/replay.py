@@ -19,10 +19,11 @@ from django.db import DatabaseError
 
 from django_workflows import async_run, clock, declared_events, rollbacks
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
-from django_workflows.control_flow import Fenced, StoreError, Suspend
+from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.error_journal import USER_FAILURES, describe_error
 from django_workflows.errors import (
+    InstanceTerminated,
     InvalidStepInput,
     NonDeterminismError,
     PoisonInstance,
@@ -33,7 +34,7 @@ from django_workflows.errors import (
     WorkflowNotFound,
 )
 from django_workflows.executors import enqueue
-from django_workflows.models import Instance, InstanceStatus
+from django_workflows.models import Instance, InstanceStatus, StepStatus
 from django_workflows.serialization import NotJournalable, encode, storable_text
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.step import JournaledSteps, WorkflowStep
@@ -107,6 +108,9 @@ class Replay(JournaledSteps):
         # Steps that succeeded with an undo, in the order they succeeded (rollbacks.PendingUndo).
         self.rollbacks: list = []
         self.undoing: str | None = None
+        # terminate(rollback=True) was asked: run() stops at the first unfinished step, the undos run.
+        self.terminating = bool(getattr(instance, "terminating", False))
+        self.rolling_back = False
 
     # The outcome of the whole replay.
 
@@ -172,6 +176,8 @@ class Replay(JournaledSteps):
                 output = async_run.drive(workflow.run(event, async_run.AsyncWorkflowStep(self)))
             else:
                 output = workflow.run(event, WorkflowStep(self))
+        except Terminating:
+            return self.terminate_rolling_back()
         except Suspend as suspension:
             if self.fatal is not None:
                 return self.errored(self.fatal, "")
@@ -184,11 +190,16 @@ class Replay(JournaledSteps):
             # SystemExit and KeyboardInterrupt raised by the workflow's own code fail the instance
             # instead of the worker: django-q2's workers ignore SIGINT, so they cannot be an operator's.
             failure_traceback = traceback.format_exc()
+            if self.terminating and self.fatal is None:
+                return self.terminate_rolling_back()
             if self.fatal is None and self.rollbacks:
                 return self.roll_back(exc, failure_traceback)
             return self.errored(self.fatal or exc, failure_traceback)
         if self.fatal is not None:
             return self.errored(self.fatal, "")
+        if self.terminating:
+            # run() swallowed the stop, or every step it called was journaled: terminate all the same.
+            return self.terminate_rolling_back()
         if self.suspended is not None:
             # run() swallowed a suspension and returned: the instance is not done, it waits.
             return self.suspend(self.suspended)
@@ -209,25 +220,50 @@ class Replay(JournaledSteps):
             raise Fenced()
         return InstanceStatus.COMPLETE
 
-    def roll_back(self, failure: BaseException, failure_traceback: str) -> str:
-        """run() failed after steps with undos succeeded: run the undos, last first, then error the
-        instance with the failure and the rollback's outcome."""
+    def undo_all(self, error: BaseException) -> dict:
+        """Run the remembered undos, last first, and return the rollback's outcome; an undo that must
+        wait (a retry's delay) raises its ``Suspend``."""
         undone = len(self.rollbacks)
+        self.rolling_back = True
         try:
-            self.rollback_all(failure)
+            self.rollback_all(error)
+        except USER_FAILURES as undo_failure:
+            if self.fatal is not None:
+                raise self.fatal from None
+            described = describe_error(undo_failure)
+            del described["type"]
+            # The undo that failed was taken off the list; those before it were undone.
+            return rollbacks.outcome(undone - len(self.rollbacks) - 1, failed_step=self.undoing, error=described)
+        return rollbacks.outcome(undone)
+
+    def roll_back(self, failure: BaseException, failure_traceback: str) -> str:
+        """run() failed after steps with undos succeeded: run the undos, then error the instance with the
+        failure and the rollback's outcome."""
+        try:
+            outcome = self.undo_all(failure)
+        except Suspend as suspension:
+            return self.errored(self.fatal, "") if self.fatal is not None else self.suspend(suspension)
+        except WorkflowError as fatal:
+            return self.errored(fatal, "")
+        return self.errored(failure, failure_traceback, rollback=outcome)
+
+    def terminate_rolling_back(self) -> str:
+        """terminate(rollback=True): run the undos of the steps run() reached, then end terminated."""
+        stop = InstanceTerminated(f"Instance {self.instance} was terminated with rollback.")
+        try:
+            outcome = self.undo_all(stop)
         except Suspend as suspension:
             if self.fatal is not None:
                 return self.errored(self.fatal, "")
             return self.suspend(suspension)
-        except USER_FAILURES as undo_failure:
-            if self.fatal is not None:
-                return self.errored(self.fatal, "")
-            error = describe_error(undo_failure)
-            del error["type"]
-            # The undo that failed was taken off the list; those before it were undone.
-            return self.errored(failure, failure_traceback, rollback=rollbacks.outcome(
-                undone - len(self.rollbacks) - 1, failed_step=self.undoing, error=error))
-        return self.errored(failure, failure_traceback, rollback=rollbacks.outcome(undone))
+        except WorkflowError as fatal:
+            return self.errored(fatal, "")
+        error = {**describe_error(stop), "rollback": outcome}
+        del error["type"]
+        if not self._finish(status=InstanceStatus.TERMINATED, terminating=False, error=error, ended_at=clock.now(),
+                            wake_at=None, waiting_for=None, current_step=""):
+            raise Fenced()
+        return InstanceStatus.TERMINATED
 
     def errored(self, exc: BaseException, tb: str, rollback: dict | None = None) -> str:
         error = describe_error(exc)
@@ -307,6 +343,14 @@ class Replay(JournaledSteps):
         raise exc
 
     def lookup(self, key: str, kind: str) -> Entry | None:
+        entry = self._lookup(key, kind)
+        if self.terminating and not self.rolling_back and (
+                entry is None or entry.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED)):
+            # Stopped before anything new runs, sleeps or waits: the undos of what ran come next.
+            raise Terminating()
+        return entry
+
+    def _lookup(self, key: str, kind: str) -> Entry | None:
         position = self.steps_called
         self.steps_called += 1
         if self.journal:

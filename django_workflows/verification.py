@@ -9,8 +9,10 @@ pipeline runs ``manage.py workflows verify`` before switching traffic; tests cal
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass
 
+from django_workflows.async_run import AsyncWorkflowStep, drive
 from django_workflows.control_flow import EndOfJournal
 from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.errors import WorkflowNotFound
@@ -69,7 +71,11 @@ def verify(instance: Instance) -> Divergence | None:
     event = WorkflowEvent(payload=instance.params, timestamp=instance.created_at,
                           instance_id=instance.instance_id, workflow_name=instance.workflow_name)
     try:
-        workflow_class().run(event, WorkflowStep(replay))
+        workflow = workflow_class()
+        if inspect.iscoroutinefunction(workflow.run):
+            drive(workflow.run(event, AsyncWorkflowStep(replay)))
+        else:
+            workflow.run(event, WorkflowStep(replay))
     except EndOfJournal:
         pass
     except Exception:  # noqa: BLE001

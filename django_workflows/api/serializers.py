@@ -58,6 +58,9 @@ class RestartFromSerializer(RejectUnknownFields, serializers.Serializer):
 class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
     status = serializers.ChoiceField(choices=[(t.action, t.summary) for t in TRANSITIONS.values()])
 
+    rollback = serializers.BooleanField(
+        required=False, help_text="With terminate: first run the undos of the steps that succeeded with one.")
+
     def get_fields(self):
         # "from" is a Python keyword, so the field is added here rather than declared.
         fields = super().get_fields()
@@ -69,6 +72,8 @@ class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
     def validate(self, data):
         if "from" in data and data["status"] != "restart":
             raise serializers.ValidationError({"from": ["Only a restart starts from a step."]})
+        if "rollback" in data and data["status"] != "terminate":
+            raise serializers.ValidationError({"rollback": ["Only a terminate rolls back."]})
         return data
 
 

@@ -244,6 +244,8 @@ class InstanceStatusView(WorkflowAPIView):
         change = serializer.validated_data
         if "from" in change:
             handle.restart(from_step=change["from"]["name"], count=change["from"]["count"])
+        elif change.get("rollback"):
+            handle.terminate(rollback=True)
         else:
             getattr(handle, change["status"])()
         return Response(s.InstanceSummarySerializer(instance_summary(self.instance_row(handle))).data)

@@ -249,7 +249,8 @@ def holder() -> Holder:
 
 # -- taking the lease -----------------------------------------------------------------------------
 
-_CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count")
+_CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count",
+                    "terminating")
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,7 @@ class Claim:
     epoch: int
     created_at: datetime
     crash_count: int
+    terminating: bool = False
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"

@@ -89,9 +89,22 @@ def resume(pk: int, now: datetime) -> bool:
 
 def terminate(pk: int, now: datetime) -> bool:
     return bool(_rows(pk).filter(status__in=TERMINATE.applies_to).update(
-        status=InstanceStatus.TERMINATED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
+        status=InstanceStatus.TERMINATED, terminating=False, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
         wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now, updated_at=now,
     ))
+
+
+def terminate_with_rollback(pk: int, now: datetime) -> bool:
+    """Queue the instance for the replay that runs its undos and then terminates it; a replay running
+    now has its further writes refused."""
+    with transaction.atomic(using=_alias()):
+        if not _rows(pk).filter(status__in=TERMINATE.applies_to).update(
+            status=InstanceStatus.QUEUED, terminating=True, epoch=F("epoch") + 1, lease_owner="",
+            lease_expires_at=None, wake_at=None, waiting_for=None, waiting_reason=None, updated_at=now,
+        ):
+            return False
+        enqueue(pk)
+    return True
 
 
 def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
@@ -113,7 +126,7 @@ def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
         updated = _rows(pk).update(
             status=InstanceStatus.QUEUED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
             wake_at=None, waiting_for=None, waiting_reason=None, current_step="", output=None, error=None,
-            traceback="", ended_at=None, updated_at=now, **kept_start,
+            traceback="", ended_at=None, updated_at=now, terminating=False, **kept_start,
         )
         if not updated:
             return False

@@ -148,3 +148,64 @@ def test_a_rollback_that_is_not_a_function_is_a_clear_error(workflows_env):
     instance = workflows.get("rollback-bad").create()
     workflows_env.run_until_idle()
     assert "'rollback' must be a function" in instance.status()["error"]["message"]
+
+
+class Trip(WorkflowEntrypoint):
+    """Books, then waits for the traveller's confirmation: the moment an operator terminates it."""
+
+    name = "rollback-trip"
+
+    def run(self, event, step):
+        def cancel(output, error):
+            ran["cancel"] += 1
+            if ran["cancel"] <= (event.payload or {}).get("cancel_failures", 0):
+                raise RuntimeError("the airline is down")
+            undone.append((output, type(error).__name__))
+
+        step.do("book", lambda: "LH1", config={
+            "rollback": cancel, "rollback_config": {"retries": {"limit": 3, "delay": "1 minute"}}})
+        step.do("no undo", lambda: "x")
+        step.wait_for_event("confirm", "confirmed", timeout="1 day")
+        return "confirmed"
+
+
+def test_terminate_with_rollback_runs_the_undos_then_terminates(workflows_env):
+    from django.core.management import call_command
+
+    instance = workflows.get("rollback-trip").create(id="t1")
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "waiting"
+    call_command("workflows", "instances", "terminate", "rollback-trip", "t1", "--rollback")
+    workflows_env.run_until_idle()
+    status = instance.status()
+    assert status["status"] == "terminated"
+    assert status["error"]["name"] == "InstanceTerminated"
+    assert status["error"]["rollback"] == {"status": "complete", "undone": 1}
+    assert undone == [("LH1", "InstanceTerminated")]
+    keys = list(Step.objects.order_by("id").values_list("key", flat=True))
+    assert keys == ["book-1", "no undo-1", "confirm-1", "rollback book-1"]
+    # Nothing more happens: the wait is over, an event is refused.
+    with pytest.raises(Exception, match="terminated"):
+        instance.send_event(type="confirmed")
+
+
+def test_an_undo_of_a_terminate_that_must_retry_waits_and_ends_terminated(workflows_env, admin_client):
+    instance = workflows.get("rollback-trip").create(id="t2", params={"cancel_failures": 1})
+    workflows_env.run_until_idle()
+    response = admin_client.patch("/workflows/rollback-trip/instances/t2/status/",
+                                  {"status": "terminate", "rollback": True}, content_type="application/json")
+    assert response.status_code == 200 and response.json()["status"] == "queued"
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "waiting"
+    workflows_env.advance("1 minute")
+    assert instance.status()["status"] == "terminated" and ran["cancel"] == 2
+    assert undone == [("LH1", "InstanceTerminated")]
+
+
+def test_rollback_belongs_to_terminate_alone(workflows_env, admin_client):
+    instance = workflows.get("rollback-trip").create(id="t3")
+    workflows_env.run_until_idle()
+    response = admin_client.patch("/workflows/rollback-trip/instances/t3/status/",
+                                  {"status": "pause", "rollback": True}, content_type="application/json")
+    assert response.status_code == 400 and "rollback" in response.json()["error"]["fields"]
+    assert instance.status()["status"] == "waiting"

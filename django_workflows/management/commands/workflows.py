@@ -74,6 +74,9 @@ class Command(BaseCommand):
             transition = actions.add_parser(action, parents=[output], help=transition_spec.summary)
             transition.add_argument("name", metavar="NAME")
             transition.add_argument("instance_id", metavar="ID")
+            if action == "terminate":
+                transition.add_argument("--rollback", action="store_true",
+                                        help="First run the undos of the steps that succeeded with one.")
             if action == "restart":
                 transition.add_argument("--from-step", metavar="STEP", default=None,
                                         help="Run again from this journaled step, keeping the steps before it.")
@@ -162,6 +165,8 @@ class Command(BaseCommand):
         handle = cli.find_handle(options["name"], options["instance_id"])
         if options.get("from_step") is not None:
             handle.restart(from_step=options["from_step"], count=options["count"])
+        elif options.get("rollback"):
+            handle.terminate(rollback=True)
         else:
             getattr(handle, action)()
         summary = instance_summary(cli.instance_row(handle))

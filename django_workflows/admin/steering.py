@@ -14,18 +14,22 @@ from django_workflows.errors import InvalidTransition, WorkflowError
 from django_workflows.models import Instance
 from django_workflows.transitions import TRANSITIONS, offered
 
+ROLLBACK_CONFIRM = ("Terminate this instance for good, after undoing its steps that declared an undo "
+                    "(newest first)?")
+
 
 def steering_buttons(instance: Instance) -> list[dict]:
-    """The instance page's buttons: the changes an instance in its status accepts."""
-    return [
-        {
-            "action": transition.action,
-            "button": transition.button,
-            "confirm": transition.confirm,
-            "url": reverse("admin:django_workflows_instance_steer", args=[instance.pk, transition.action]),
-        }
-        for transition in offered(instance.status)
-    ]
+    """The instance page's buttons: the changes an instance in its status accepts, and beside Terminate,
+    Terminate and roll back (terminate(rollback=True))."""
+    buttons = []
+    for transition in offered(instance.status):
+        url = reverse("admin:django_workflows_instance_steer", args=[instance.pk, transition.action])
+        buttons.append({"action": transition.action, "button": transition.button, "confirm": transition.confirm,
+                        "url": url})
+        if transition.action == "terminate":
+            buttons.append({"action": "terminate", "button": "Terminate and roll back", "confirm": ROLLBACK_CONFIRM,
+                            "url": url, "rollback": True})
+    return buttons
 
 
 class Steering:
@@ -42,8 +46,11 @@ class Steering:
             raise PermissionDenied
         instance = self._instance_or_404(request, object_id)
         from_step = request.POST.get("from_step") if action == "restart" else None
+        rollback = action == "terminate" and request.POST.get("rollback") == "1"
         try:
-            if from_step:
+            if rollback:
+                handle_for(instance).terminate(rollback=True)
+            elif from_step:
                 count = request.POST.get("count", "1")
                 handle_for(instance).restart(from_step=from_step, count=int(count) if count.isdigit() else count)
             else:
@@ -54,6 +61,8 @@ class Steering:
             self.message_user(request, f"Could not {action} {instance}: {exc}", messages.ERROR)
         else:
             done = TRANSITIONS[action].past + (f" from step {from_step!r} #{count}" if from_step else "")
+            if rollback:
+                done = "queued to roll back, then terminate"
             self.message_user(request, f"Instance {instance} {done}.", messages.SUCCESS)
             self.log_change(request, instance, f"{done.capitalize()}.")
         return self._back(request, instance)

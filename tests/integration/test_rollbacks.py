@@ -209,3 +209,17 @@ def test_rollback_belongs_to_terminate_alone(workflows_env, admin_client):
                                   {"status": "pause", "rollback": True}, content_type="application/json")
     assert response.status_code == 400 and "rollback" in response.json()["error"]["fields"]
     assert instance.status()["status"] == "waiting"
+
+
+def test_the_admin_terminates_with_rollback(workflows_env, admin_client):
+    instance = workflows.get("rollback-trip").create(id="t4")
+    workflows_env.run_until_idle()
+    page = admin_client.get(f"/admin/django_workflows/instance/{instance.pk}/change/").content.decode()
+    assert "Terminate and roll back" in page and 'name="rollback" value="1"' in page
+    response = admin_client.post(f"/admin/django_workflows/instance/{instance.pk}/steer/terminate/",
+                                 {"rollback": "1"}, follow=True)
+    assert "queued to roll back, then terminate" in response.content.decode()
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "terminated" and undone == [("LH1", "InstanceTerminated")]
+    page = admin_client.get(f"/admin/django_workflows/instance/{instance.pk}/change/").content.decode()
+    assert "Terminate and roll back" not in page and "&quot;undone&quot;: 1" in page

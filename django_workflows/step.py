@@ -11,22 +11,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from django_workflows import clock, rollbacks
+from django_workflows import clock, rollbacks, waits
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.definition import WorkflowStepEvent
-from django_workflows.durations import parse_duration
 from django_workflows.error_journal import USER_FAILURES, describe_error, rebuild_error
 from django_workflows.errors import (
-    InvalidEvent,
     InvalidStepInput,
     NonRetryableError,
     StepResultError,
     StepTimeoutError,
-    WorkflowConfigError,
-    WorkflowTimeoutError,
 )
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import build_policy, default_policy
@@ -34,9 +31,7 @@ from django_workflows.serialization import NotJournalable, encode
 from django_workflows.step_functions import StepFunction, wants_context
 from django_workflows.store.journal import Entry, encoded
 from django_workflows.timeouts import call_with_timeout
-from django_workflows.validation import validate_event_type, validate_step_name
-
-MAX_WAIT = timedelta(days=365)
+from django_workflows.validation import validate_step_name
 
 _ZERO = timedelta(0)
 
@@ -111,7 +106,21 @@ class WorkflowStep:
         return declared
 
 
-class JournaledSteps(rollbacks.UndoSteps):
+@dataclass(frozen=True)
+class PendingDo:
+    """A ``step.do`` the journal does not answer: what running and journaling it needs."""
+
+    name: str
+    key: str
+    entry: Entry | None
+    fn: object
+    config: dict | None
+    policy: object
+    undo: object
+    undo_config: dict | None
+
+
+class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps):
     """The replay's side of each step call: answered from the journal, or run and journaled.
 
     ``Replay`` is made of it, and keeps what these methods share: the journal, its writer, and the
@@ -131,6 +140,13 @@ class JournaledSteps(rollbacks.UndoSteps):
     # step.do
 
     def do(self, name: str, fn, config) -> object:
+        answered, outcome = self.begin_do(name, fn, config)
+        return outcome if answered else self.run_do(outcome)
+
+    def begin_do(self, name: str, fn, config) -> tuple[bool, object]:
+        """Take the step's key and look it up: ``(True, result)`` if the journal answers it (its error
+        raised again if it failed), ``(False, PendingDo)`` if it must run now; a retry whose delay has
+        not passed suspends."""
         undo = undo_config = None
         if config is not None and any(k in config for k in rollbacks.ROLLBACK_KEYS):
             config, undo, undo_config = rollbacks.split_config(config, f"step {name!r}")
@@ -140,7 +156,7 @@ class JournaledSteps(rollbacks.UndoSteps):
             self.count_step(key, journaled=True)
             if undo is not None:
                 self._remember_undo(name, undo, undo_config, entry.result, config, len(entry.attempts))
-            return entry.result
+            return True, entry.result
         if entry is not None and entry.status == StepStatus.FAILED:
             self.count_step(key, journaled=True)
             raise rebuild_error(entry.error)
@@ -151,40 +167,52 @@ class JournaledSteps(rollbacks.UndoSteps):
             config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
         if entry is not None and entry.wake_at is not None and entry.wake_at > clock.now():
             raise Suspend(step_key=key, wake_at=entry.wake_at)
-        attempts = list(entry.attempts) if entry is not None else []
-        timeout_seconds = policy.timeout.total_seconds()
+        return False, PendingDo(name, key, entry, fn, config, policy, undo, undo_config)
 
+    def attempt(self, pending: PendingDo, number: int, journal=None) -> tuple:
+        """Run attempt ``number`` of a pending step's body under its timeout: ``(started, ended, text,
+        value, failure)``. Nothing else runs between arming the timeout and disarming it, and an
+        interrupted attempt's connections are discarded before it returns: the journal writes after it
+        never meet a connection the interruption left mid-transaction."""
+        started = clock.now()
+        text = value = failure = None
+        body = pending.fn
+        if wants_context(body):
+            body = functools.partial(body, ctx=self._context(pending.name, number, pending.policy))
+        try:
+            returned = call_with_timeout(functools.partial(_to_the_end, body),
+                                         pending.policy.timeout.total_seconds(), journal)
+            text, value = encode(returned, self.result_limit)
+        except AttemptTimedOut:
+            failure = StepTimeoutError(
+                f"Step {pending.name!r}: attempt {number} ran past its timeout of {pending.policy.timeout}",
+                step=pending.key, attempt=number,
+            )
+        except NotJournalable as exc:
+            failure = StepResultError(f"Step {pending.name!r} returned a value that {exc}", step=pending.key)
+        except USER_FAILURES as exc:
+            failure = exc
+        return started, clock.now(), text, value, failure
+
+    def run_do(self, pending: PendingDo, first: tuple | None = None) -> object:
+        """Run the pending step's attempts and journal them; ``first`` is an attempt already run (by
+        ``step.all``), journaled as this replay's first."""
+        name, key, entry, policy = pending.name, pending.key, pending.entry, pending.policy
+        attempts = list(entry.attempts) if entry is not None else []
         while True:
             # A lease that lapsed or was lost may be another worker's now: its replay runs this body.
             self.writer.check_lease()
             number = len(attempts) + 1
-            started = clock.now()
-            failure: BaseException | None = None
-            self.running_step = key
-            try:
-                # Nothing else runs between arming the attempt's timeout and disarming it, and an
-                # interrupted attempt's connections are discarded before it returns: the journal
-                # writes below never meet a connection the interruption left mid-transaction.
-                body = fn
-                if wants_context(fn):
-                    body = functools.partial(fn, ctx=self._context(name, number, policy))
-                body = functools.partial(_to_the_end, body)
-                returned = call_with_timeout(body, timeout_seconds, self.writer.connection)
-                text, value = encode(returned, self.result_limit)
-            except AttemptTimedOut:
-                failure = StepTimeoutError(
-                    f"Step {name!r}: attempt {number} ran past its timeout of {policy.timeout}",
-                    step=key, attempt=number,
-                )
-            except NotJournalable as exc:
-                failure = StepResultError(f"Step {name!r} returned a value that {exc}", step=key)
-            except USER_FAILURES as exc:
-                failure = exc
-            finally:
-                self.running_step = None
+            if first is None:
+                self.running_step = key
+                try:
+                    started, ended, text, value, failure = self.attempt(pending, number, self.writer.connection)
+                finally:
+                    self.running_step = None
+            else:
+                (started, ended, text, value, failure), first = first, None
             if self.fatal is not None:
                 raise self.fatal
-            ended = clock.now()
             attempt = {"attempt": number, "start": _iso(started), "end": _iso(ended), "success": failure is None}
             if failure is None:
                 attempts.append(attempt)
@@ -199,8 +227,8 @@ class JournaledSteps(rollbacks.UndoSteps):
                         entry.id, status=StepStatus.SUCCEEDED, attempts=attempts, result=encoded(text),
                         error=None, wake_at=None, ended_at=ended,
                     )
-                if undo is not None:
-                    self._remember_undo(name, undo, undo_config, value, config, number)
+                if pending.undo is not None:
+                    self._remember_undo(name, pending.undo, pending.undo_config, value, pending.config, number)
                 self.after_write(status, key)
                 return value
 
@@ -236,122 +264,6 @@ class JournaledSteps(rollbacks.UndoSteps):
             _, status = self.writer.update(entry.id, attempts=attempts, **fields)
         return status
 
-    # step.sleep and step.sleep_until
-
-    def sleep(self, name: str, *, duration=None, until=None) -> None:
-        now = clock.now()
-        if until is None:
-            delta = parse_duration(duration, what=f"step.sleep({name!r})")
-            if delta > MAX_WAIT:
-                raise InvalidStepInput(f"step.sleep({name!r}): {duration!r} is longer than the limit of 365 days")
-        key = self.next_key(name)
-        entry = self.lookup(key, StepKind.SLEEP)
-        if entry is not None:
-            if entry.status == StepStatus.SUCCEEDED:
-                return
-            if entry.wake_at <= now:
-                _, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, ended_at=entry.wake_at)
-                self.after_write(status, key)
-                return
-            raise Suspend(step_key=key, wake_at=entry.wake_at)
-        if until is not None:
-            wake_at = _as_wake_time(name, until)
-            if wake_at < now:
-                raise InvalidStepInput(
-                    f"step.sleep_until({name!r}): {wake_at.isoformat()} is in the past (now is {now.isoformat()})"
-                )
-            if wake_at - now > MAX_WAIT:
-                raise InvalidStepInput(f"step.sleep_until({name!r}): {wake_at.isoformat()} is more than 365 days away")
-            delta = wake_at - now
-        else:
-            wake_at = now + delta
-        config = {"duration": int(delta / timedelta(milliseconds=1))}
-        if delta <= _ZERO:
-            _, status = self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.SUCCEEDED,
-                                           config=config, wake_at=wake_at, started_at=now, ended_at=now)
-            self.after_write(status, key)
-            return
-        self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.WAITING, config=config,
-                           wake_at=wake_at, started_at=now)
-        raise Suspend(step_key=key, wake_at=wake_at)
-
-    # step.wait_for_event
-
-    def wait_for_event(self, name: str, event_type, timeout) -> WorkflowStepEvent:
-        types = [event_type] if isinstance(event_type, str) else event_type
-        if not isinstance(types, (list, tuple)) or not types:
-            raise InvalidStepInput(
-                f"step.wait_for_event({name!r}): type must be an event type or a non-empty list of them, "
-                f"got {event_type!r}"
-            )
-        try:
-            types = [validate_event_type(t) for t in types]
-        except InvalidEvent as exc:
-            raise InvalidStepInput(f"step.wait_for_event({name!r}): {exc}") from None
-        delta = parse_duration(timeout, what=f"step.wait_for_event({name!r}) timeout")
-        if delta > MAX_WAIT:
-            raise InvalidStepInput(f"step.wait_for_event({name!r}): timeout {timeout!r} is longer than 365 days")
-        key = self.next_key(name)
-        # Not counted toward the step limit: as on Cloudflare, only step.do is.
-        entry = self.lookup(key, StepKind.WAIT)
-        undeclared = [t for t in types if self.declared_events is not None and t not in self.declared_events]
-        if undeclared and entry is None:
-            # Nobody could ever send it: the wait would only run out its timeout. A wait journaled
-            # before its type left the declaration goes on as it began.
-            self.fail_fatally(WorkflowConfigError(
-                f"step.wait_for_event({name!r}) waits for {', '.join(map(repr, undeclared))}, which workflow "
-                f"{self.instance.workflow_name!r} does not declare in its events; add it there, or "
-                "wait for a declared type.",
-                step=name,
-            ))
-        if entry is not None:
-            if entry.status == StepStatus.SUCCEEDED:
-                return _step_event(entry.result)
-            if entry.status == StepStatus.FAILED:
-                raise rebuild_error(entry.error)
-            deadline = entry.wake_at
-        else:
-            deadline = clock.now() + delta
-        received = self._consume(key, name, entry, types, deadline, delta)
-        if received is not None:
-            return received
-        now = clock.now()
-        if entry is None:
-            self.writer.insert(key=key, name=name, kind=StepKind.WAIT, status=StepStatus.WAITING,
-                               config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
-                               wake_at=deadline, started_at=now)
-        elif deadline <= now:
-            timeout_error = WorkflowTimeoutError(
-                f"Step {name!r}: no event of type {' or '.join(map(repr, types))} arrived within "
-                f"{entry_timeout(entry, delta)}",
-                step=key, event_types=types,
-            )
-            error = describe_error(timeout_error)
-            _, status = self.writer.update(entry.id, status=StepStatus.FAILED, error=error, ended_at=deadline)
-            self.after_write(status, key)
-            raise timeout_error
-        raise Suspend(step_key=key, wake_at=deadline, waiting_for=types)
-
-    def _consume(self, key, name, entry, types, deadline, delta) -> WorkflowStepEvent | None:
-        """Take the oldest buffered event of ``types`` that arrived by ``deadline``, if there is one."""
-
-        def record(event, now):
-            result = {"type": event.type, "payload": event.payload, "timestamp": _iso(event.received_at)}
-            if entry is None:
-                return self.writer.insert(
-                    key=key, name=name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
-                    config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
-                    result=result, wake_at=deadline, started_at=now, ended_at=now,
-                )
-            return self.writer.update(entry.id, status=StepStatus.SUCCEEDED, result=result, ended_at=now)
-
-        taken = self.writer.consume_event(types, deadline, record)
-        if taken is None:
-            return None
-        event, status = taken
-        self.after_write(status, key)
-        return WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
-
 
 def _to_the_end(body):
     """Call a step's body; an ``async def`` body's coroutine runs to its end in an event loop of its own."""
@@ -359,31 +271,6 @@ def _to_the_end(body):
     if inspect.iscoroutine(returned):
         return asyncio.run(returned)
     return returned
-
-
-def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:
-    return entry.wake_at - entry.started_at if entry.wake_at and entry.started_at else fallback
-
-
-def _step_event(result: dict) -> WorkflowStepEvent:
-    return WorkflowStepEvent(
-        type=result["type"], payload=result["payload"], timestamp=datetime.fromisoformat(result["timestamp"])
-    )
-
-
-def _as_wake_time(name: str, value) -> datetime:
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise InvalidStepInput(
-                f"step.sleep_until({name!r}): {value!r} has no time zone; pass an aware datetime "
-                "(django.utils.timezone.now() + timedelta(...)) or epoch seconds"
-            )
-        return value.astimezone(UTC)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value, UTC)
-    raise InvalidStepInput(
-        f"step.sleep_until({name!r}): expected an aware datetime or epoch seconds, got {type(value).__name__}"
-    )
 
 
 def _iso(moment: datetime) -> str:

@@ -46,6 +46,9 @@ class AsyncWorkflowStep(WorkflowStep):
         result = super().do(name, fn, config=config, depends=depends, concurrent=concurrent)
         return result if fn is None else Settled(result)
 
+    def all(self, calls):
+        return Settled(super().all(calls))
+
     def sleep(self, name, duration):
         return Settled(super().sleep(name, duration))
 
@@ -82,5 +85,5 @@ def _not_a_step(what: str) -> WorkflowConfigError:
         f"run() awaited {what}, which is not a step: an async run() may await only its steps (step.do, "
         "step.sleep, step.sleep_until, step.wait_for_event, a step function). Do other asynchronous work "
         "inside a step (an async def step function runs in an event loop of its own), and run steps one "
-        "after another: asyncio.gather of steps is not supported yet."
+        "after another, or side by side with await step.all([(name, fn), ...]) (not asyncio.gather)."
     )

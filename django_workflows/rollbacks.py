@@ -78,13 +78,15 @@ class UndoSteps:
     """The replay's side of undos: remembering each step that succeeded with one, and running them.
     Mixed into the replay's steps (``step.JournaledSteps``), whose ``do`` runs each undo as a step."""
 
-    def _context(self, name: str, attempt: int, policy) -> StepContext:
-        return StepContext(StepIdentity(name, self.occurrences[name]), attempt, policy.as_config())
+    def _context(self, name: str, key: str, attempt: int, policy) -> StepContext:
+        # The count is the key's ("<name>-<count>"): steps run side by side may share a name.
+        return StepContext(StepIdentity(name, int(key.rpartition("-")[2])), attempt, policy.as_config())
 
-    def _remember_undo(self, name, handler, undo_config, output, config, attempt) -> None:
+    def _remember_undo(self, name, key, handler, undo_config, output, config, attempt) -> None:
         policy = default_policy() if config is None else build_policy(
             config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
-        self.rollbacks.append(PendingUndo(name, handler, undo_config, output, self._context(name, attempt, policy)))
+        self.rollbacks.append(PendingUndo(name, handler, undo_config, output,
+                                          self._context(name, key, attempt, policy)))
 
     def rollback_all(self, error) -> list[str]:
         """Run the remembered undos, last first; return the names of the steps undone, in that order."""

@@ -14,7 +14,7 @@ import inspect
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django_workflows import clock, rollbacks, waits
+from django_workflows import clock, concurrent_steps, rollbacks, waits
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.definition import WorkflowStepEvent
@@ -77,6 +77,11 @@ class WorkflowStep:
         failed ``run()`` calls it by itself."""
         return self._replay.call(self._replay.rollback_all, error)
 
+    def all(self, calls) -> list:
+        """Run ``step.do`` calls side by side (``[(name, fn), (name, fn, config), ...]``) and return their
+        results in that order: ``Promise.all``. See ``django_workflows.concurrent_steps``."""
+        return self._replay.call(self._replay.all_steps, calls)
+
     def sleep(self, name: str, duration) -> None:
         """Wait ``duration`` (milliseconds, or "N unit(s)"), holding no worker."""
         self._replay.call(self._replay.sleep, name, duration=duration)
@@ -120,7 +125,7 @@ class PendingDo:
     undo_config: dict | None
 
 
-class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps):
+class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.ConcurrentSteps):
     """The replay's side of each step call: answered from the journal, or run and journaled.
 
     ``Replay`` is made of it, and keeps what these methods share: the journal, its writer, and the
@@ -155,7 +160,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps):
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             self.count_step(key, journaled=True)
             if undo is not None:
-                self._remember_undo(name, undo, undo_config, entry.result, config, len(entry.attempts))
+                self._remember_undo(name, key, undo, undo_config, entry.result, config, len(entry.attempts))
             return True, entry.result
         if entry is not None and entry.status == StepStatus.FAILED:
             self.count_step(key, journaled=True)
@@ -178,7 +183,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps):
         text = value = failure = None
         body = pending.fn
         if wants_context(body):
-            body = functools.partial(body, ctx=self._context(pending.name, number, pending.policy))
+            body = functools.partial(body, ctx=self._context(pending.name, pending.key, number, pending.policy))
         try:
             returned = call_with_timeout(functools.partial(_to_the_end, body),
                                          pending.policy.timeout.total_seconds(), journal)
@@ -228,7 +233,8 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps):
                         error=None, wake_at=None, ended_at=ended,
                     )
                 if pending.undo is not None:
-                    self._remember_undo(name, pending.undo, pending.undo_config, value, pending.config, number)
+                    self._remember_undo(name, key, pending.undo, pending.undo_config, value, pending.config,
+                                        number)
                 self.after_write(status, key)
                 return value
 

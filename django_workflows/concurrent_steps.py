@@ -1,0 +1,102 @@
+"""Steps side by side: ``step.all([...])``, Cloudflare's ``Promise.all`` of ``step.do`` calls.
+
+    receipt, label, invoice = step.all([
+        ("charge", charge),
+        ("print label", print_label, {"retries": {"limit": 10}}),
+        ("send invoice", send_invoice),
+    ])
+
+The keys are taken in the list's order when ``step.all`` is called, so they are the same on every replay
+whichever body finishes first. Steps the journal answers are not run again; the others' first attempts
+run at once, each in a thread of its own under its own timeout; then each is journaled in the list's
+order, with the rest of its attempts (a retry without delay runs again here, one with a delay suspends).
+So the journal's order is the list's, never the order of finishing. The results come back in the list's
+order. If a step fails for good, the first in the list to fail is raised, after every other step of the
+list was journaled; if none failed and some wait out a retry's delay, the instance sleeps until the
+earliest.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from django.db import connections
+
+from django_workflows.control_flow import Suspend
+from django_workflows.error_journal import USER_FAILURES
+from django_workflows.errors import InvalidStepInput
+from django_workflows.validation import validate_step_name
+
+
+def parse_calls(calls) -> list[tuple]:
+    """``[(name, fn) or (name, fn, config), ...]`` as ``(name, fn, config)`` triples, or a clear error."""
+    if not isinstance(calls, (list, tuple)) or not calls:
+        raise InvalidStepInput(f"step.all takes a non-empty list of (name, fn) or (name, fn, config), got {calls!r}")
+    parsed = []
+    for call in calls:
+        if not isinstance(call, (list, tuple)) or len(call) not in (2, 3):
+            raise InvalidStepInput(f"step.all: each item is (name, fn) or (name, fn, config), got {call!r}")
+        name, fn, config = (*call, None) if len(call) == 2 else call
+        validate_step_name(name)
+        parsed.append((name, fn, config))
+    return parsed
+
+
+class ConcurrentSteps:
+    """The replay's side of ``step.all``. Mixed into the replay's steps (``step.JournaledSteps``), whose
+    ``begin_do``, ``attempt`` and ``run_do`` each step goes through, as ``step.do`` does."""
+
+    def all_steps(self, calls) -> list:
+        parsed = parse_calls(calls)
+        results: list = [None] * len(parsed)
+        pending, failures, suspensions = [], [], []
+        for index, (name, fn, config) in enumerate(parsed):
+            try:
+                answered, outcome = self.begin_do(name, fn, config)
+            except Suspend as suspension:
+                suspensions.append(suspension)
+                continue
+            except USER_FAILURES as failure:
+                if self.fatal is not None:
+                    raise
+                failures.append((index, failure))
+                continue
+            if answered:
+                results[index] = outcome
+            else:
+                pending.append((index, outcome))
+        firsts = self._first_attempts([step for _, step in pending]) if len(pending) > 1 else [None] * len(pending)
+        for (index, step), first in zip(pending, firsts):
+            try:
+                results[index] = self.run_do(step, first)
+            except Suspend as suspension:
+                suspensions.append(suspension)
+            except USER_FAILURES as failure:
+                if self.fatal is not None:
+                    raise
+                failures.append((index, failure))
+        if failures:
+            raise min(failures, key=lambda item: item[0])[1]
+        if suspensions:
+            paused = [suspension for suspension in suspensions if suspension.pause]
+            raise paused[0] if paused else min(suspensions, key=lambda suspension: suspension.wake_at)
+        return results
+
+    def _first_attempts(self, steps) -> list[tuple]:
+        """Run each step's next attempt at once, each in a thread of its own; their outcomes in order."""
+        self.writer.check_lease()
+        # A step called from inside one of these bodies errors the instance, as from any step's body.
+        self.running_step = steps[0].key
+        try:
+            with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="django-workflows-step") as pool:
+                futures = [pool.submit(self._attempt_in_thread, step) for step in steps]
+                return [future.result() for future in futures]
+        finally:
+            self.running_step = None
+
+    def _attempt_in_thread(self, step) -> tuple:
+        try:
+            return self.attempt(step, len(step.entry.attempts) + 1 if step.entry is not None else 1)
+        finally:
+            # The body's own connections, opened in this thread, end with it.
+            connections.close_all()

@@ -65,6 +65,23 @@ def test_sigkill_of_a_worker_process_mid_step(start_worker, tmp_path, broker, re
     assert Instance.objects.get(pk=instance.pk).crash_count == 0
 
 
+def test_sigkill_during_three_steps_side_by_side_runs_them_again_and_journals_each_once(start_worker, tmp_path):
+    worker = start_worker()
+    marker = tmp_path / "victim.pid"
+    instance = workflows.get("crashable-all").create(id="all-1", params={"marker": str(marker)})
+    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step to start"))
+    assert pid != worker.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_status(instance, "complete", 40)
+    # None of the three was journaled when the process died, so all three ran again, once; the step
+    # before them did not, and each has one journal row.
+    assert SideEffect.counts() == {"all-1:before": 1, "all-1:left": 2, "all-1:victim": 2, "all-1:right": 2,
+                                   "all-1:after": 1}
+    assert instance.status()["output"] == [2, "survived", 2]
+    keys = list(Step.objects.filter(instance_id=instance.pk).order_by("id").values_list("key", flat=True))
+    assert keys == ["before-1", "left-1", "victim-1", "right-1", "after-1"]
+
+
 def test_sigkill_of_the_whole_worker_command_then_a_restart_loses_nothing(start_worker, tmp_path):
     first = start_worker()
     marker = tmp_path / "victim.pid"

@@ -346,6 +346,31 @@ class Crashable(WorkflowEntrypoint):
         return "done"
 
 
+class CrashableAll(WorkflowEntrypoint):
+    """Three steps side by side (step.all); the middle one, the first time, records its process id and
+    hangs until that process is killed."""
+
+    def run(self, event, step):
+        import os
+        import time
+
+        marker, iid = event.payload["marker"], event.instance_id
+        step.do("before", lambda: _bump(f"{iid}:before"))
+
+        def victim():
+            if _bump(f"{iid}:victim") == 1:
+                with open(marker, "w") as f:
+                    f.write(str(os.getpid()))
+                for _ in range(600):
+                    time.sleep(0.1)
+            return "survived"
+
+        results = step.all([("left", lambda: _bump(f"{iid}:left")), ("victim", victim, {"retries": {"limit": 0}}),
+                            ("right", lambda: _bump(f"{iid}:right"))])
+        step.do("after", lambda: _bump(f"{iid}:after"))
+        return results
+
+
 class Quick(WorkflowEntrypoint):
     def run(self, event, step):
         for name in ("one", "two", "three"):

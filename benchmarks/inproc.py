@@ -96,9 +96,9 @@ class InsertLimit:
 
 # -- 2. step overhead -----------------------------------------------------------------------------
 
-def step_overhead(steps: int) -> float:
+def step_overhead(steps: int, workflow: str = "bench-steps") -> float:
     """One replay of a ``steps``-step workflow of trivial steps: microseconds per step."""
-    pk = create_unrun("bench-steps", {"n": steps})
+    pk = create_unrun(workflow, {"n": steps})
     started = time.perf_counter()
     assert replay(pk)
     elapsed = time.perf_counter() - started
@@ -274,6 +274,18 @@ def main() -> None:
             f"ratio {ratios[-1]:.2f}")
     result["limit"] = {"rate": summary(rates), "us": summary([1e6 / r for r in rates]), "rows": inserts}
     result["step"] = {"us": summary(step_us), "ratio": summary(ratios), "steps": steps}
+
+    # The same steps in the Python SDK's async form, and three at a time side by side (step.all: each
+    # group's bodies run in threads of their own, so it measures what running side by side costs).
+    log(f"{backend}: 2b. the same 999 steps, async def run and step.all of three, {runs} run(s)")
+    step_overhead(51, "bench-steps-async")
+    step_overhead(51, "bench-steps-all")
+    forms: dict = {"async": [], "all3": []}
+    for n in range(runs):
+        forms["async"].append(step_overhead(999, "bench-steps-async"))
+        forms["all3"].append(step_overhead(999, "bench-steps-all"))
+        log(f"  run {n + 1}: async {forms['async'][-1]:.0f} us, step.all of three {forms['all3'][-1]:.0f} us per step")
+    result["step_forms"] = {form: {"us": summary(values)} for form, values in forms.items()}
 
     log(f"{backend}: 3. sequential 3-step workflows, ours and DBOS, {runs} run(s) of {three}")
     dbos, dbos_error = None, None

@@ -93,6 +93,8 @@ ROWS = [
     Row("2", "1,000-step workflow, µs per step (inline)", "inproc", ("step", "us")),
     Row("2", "… step ÷ INSERT+COMMIT (pair by pair)", "inproc", ("step", "ratio"), "×", "≤ 2×",
         lambda v: v <= 2.0, digits=2),
+    Row("2", "… async def run, µs per step (999 steps)", "inproc", ("step_forms", "async", "us")),
+    Row("2", "… step.all of three side by side, µs per step (999 steps)", "inproc", ("step_forms", "all3", "us")),
     Row("3", "3-step workflows/s, sequential, ours (inline)", "inproc", ("three", "ours")),
     Row("3", "3-step workflows/s, sequential, DBOS Transact", "inproc", ("three", "dbos")),
     Row("3", "… ours ÷ DBOS (pair by pair)", "inproc", ("three", "ratio"), "×", "≥ 3×", lambda v: v >= 3.0,

@@ -24,6 +24,32 @@ class BenchSteps(WorkflowEntrypoint):
         return total
 
 
+class BenchStepsAsync(WorkflowEntrypoint):
+    """``bench-steps`` written as Cloudflare's Python SDK writes it: async, each step awaited."""
+
+    name = "bench-steps-async"
+    step_limit = 25_000
+
+    async def run(self, event, step):
+        total = 0
+        for _ in range(event.payload["n"]):
+            total += await step.do("s", _one)
+        return total
+
+
+class BenchStepsSideBySide(WorkflowEntrypoint):
+    """``n`` trivial steps, three at a time side by side (``step.all``)."""
+
+    name = "bench-steps-all"
+    step_limit = 25_000
+
+    def run(self, event, step):
+        total = 0
+        for _ in range(event.payload["n"] // 3):
+            total += sum(step.all([("a", _one), ("b", _one), ("c", _one)]))
+        return total
+
+
 class BenchThree(WorkflowEntrypoint):
     """Three trivial steps: the unit of throughput."""
 

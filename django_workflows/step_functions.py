@@ -12,8 +12,8 @@
 
 A parameter named after a step function declared earlier in ``run()`` receives that step's result,
 running the step first if it has not run in this replay; a parameter named ``ctx`` receives the step
-context. Dependencies run one after another, in the order given: ``concurrent=True`` is accepted, and
-runs them in that order too (their journal and results are the same either way).
+context. Dependencies run one after another, in the order given, or with ``concurrent=True`` side by side
+(``step.all``: their keys and journal in that order whichever finishes first).
 """
 
 from __future__ import annotations
@@ -69,20 +69,38 @@ class StepFunction:
         return f"<step function {self.name!r}>"
 
     def __call__(self, *args, **kwargs):
+        value = self._step._run_do(*self.prepare(args, kwargs))
+        self._results.append(value)
+        return value
+
+    def dependencies(self, names, given) -> list[tuple[str, StepFunction]]:
+        """The steps whose results this one takes, with the parameter each goes to (None: run first, not
+        passed in): those of ``depends``, then those named by a parameter."""
+        found = [(d.func.__name__ if d.func.__name__ in names and d.func.__name__ not in given else None, d)
+                 for d in self.depends]
+        for name in names:
+            declared = self._step._declared.get(name)
+            if name not in given and name != CONTEXT_PARAMETER and declared is not None and declared is not self \
+                    and all(d is not declared for _, d in found):
+                found.append((name, declared))
+        return found
+
+    def prepare(self, args=(), kwargs=None) -> tuple:
+        """``(name, body, config)`` of this step's call, its dependencies resolved first: one after
+        another, or side by side (``step.all``) with ``concurrent=True``."""
+        kwargs = dict(kwargs or {})
         names = parameters(self.func)
         given = set(names[: len(args)]) | set(kwargs)
-        for dependency in self.depends:
+        dependencies = self.dependencies(names, given)
+        unresolved = [d for _, d in dependencies if not d._results]
+        if self.concurrent and len(unresolved) > 1:
+            values = self._step._replay.call(self._step._replay.all_steps, [d.prepare() for d in unresolved])
+            for dependency, value in zip(unresolved, values):
+                dependency._results.append(value)
+        for parameter, dependency in dependencies:
             value = dependency.result()
-            if dependency.func.__name__ in names and dependency.func.__name__ not in given:
-                kwargs[dependency.func.__name__] = value
-                given.add(dependency.func.__name__)
-        for name in names:
-            if name in given or name == CONTEXT_PARAMETER:
-                continue
-            declared = self._step._declared.get(name)
-            if declared is not None and declared is not self:
-                kwargs[name] = declared.result()
-                given.add(name)
+            if parameter is not None:
+                kwargs[parameter] = value
         func = self.func
         if CONTEXT_PARAMETER in names and CONTEXT_PARAMETER not in given:
             def body(ctx):
@@ -95,9 +113,7 @@ class StepFunction:
             config = {**(config or {}), "rollback": self.undo_handler}
             if self.undo_config is not None:
                 config["rollback_config"] = self.undo_config
-        value = self._step._run_do(self.name, body, config)
-        self._results.append(value)
-        return value
+        return self.name, body, config
 
     def result(self):
         """This step's result in this replay: the last call's, or the step run now if it has not been."""

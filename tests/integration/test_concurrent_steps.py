@@ -142,3 +142,35 @@ def test_step_all_takes_pairs_or_triples(workflows_env):
     instance = workflows.get("side-by-side-wrong").create()
     workflows_env.run_until_idle()
     assert "each item is (name, fn) or (name, fn, config)" in instance.status()["error"]["message"]
+
+
+class ConcurrentDependencies(WorkflowEntrypoint):
+    """The Python SDK's DAG: concurrent=True resolves the dependencies side by side."""
+
+    name = "side-by-side-dag"
+
+    async def run(self, event, step):
+        @step.do()
+        def a():
+            return together("a", 0.3)()
+
+        @step.do()
+        def b():
+            return together("b", 0.1)()
+
+        @step.do()
+        def c():
+            return together("c", 0)()
+
+        @step.do(concurrent=True)
+        def final(a, b, c):
+            return [a, b, c]
+
+        return await final()
+
+
+def test_concurrent_dependencies_run_side_by_side(workflows_env):
+    instance = workflows.get("side-by-side-dag").create()
+    workflows_env.run_until_idle()
+    assert instance.status()["output"] == ["a True", "b True", "c True"]
+    assert list(Step.objects.order_by("id").values_list("key", flat=True)) == ["a-1", "b-1", "c-1", "final-1"]

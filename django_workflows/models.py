@@ -84,8 +84,10 @@ class Instance(models.Model):
         null=True, blank=True, help_text="The event types the instance waits for, if it waits for any."
     )
     current_step = models.CharField(max_length=300, blank=True, default="")
+    # db_default as well: during a rolling deploy, workers of the previous release insert instances
+    # without this column, and raw bulk inserts name only the columns they know.
     terminating = models.BooleanField(
-        default=False,
+        default=False, db_default=False,
         help_text="terminate(rollback=True) was asked: the next replay runs the undos, then terminates it.",
     )
     waiting_reason = models.TextField(

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='instance',
             name='terminating',
-            field=models.BooleanField(default=False, help_text='terminate(rollback=True) was asked: the next replay runs the undos, then terminates it.'),
+            field=models.BooleanField(db_default=False, default=False, help_text='terminate(rollback=True) was asked: the next replay runs the undos, then terminates it.'),
         ),
     ]

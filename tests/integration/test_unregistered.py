@@ -124,3 +124,26 @@ def test_manage_py_check_lists_the_workflows_with_live_instances_not_registered(
     out = io.StringIO()
     call_command("check", stdout=out, stderr=out)
     assert "django_workflows.W011" in out.getvalue()
+
+
+def test_an_instance_inserted_by_the_previous_release_without_the_newer_columns_runs(workflows_env):
+    """During a rolling deploy, workers of the previous release insert instances naming only the columns
+    they know: every column added since has a database default (terminating, 0010), not only Django's."""
+    from django.db import connection
+
+    from django_workflows import clock
+
+    stamp = connection.ops.adapt_datetimefield_value(clock.now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_workflows_instance (workflow_name, instance_id, params, status, output, error, "
+            "traceback, wake_at, waiting_for, current_step, lease_owner, lease_expires_at, epoch, crash_count, "
+            "created_at, started_at, ended_at, updated_at) "
+            "VALUES ('three-steps', 'old-release', NULL, 'queued', NULL, NULL, '', NULL, NULL, '', '', NULL, 1, 0, "
+            "%s, NULL, NULL, %s)",
+            [stamp, stamp],
+        )
+    instance = workflows.get("three-steps").get("old-release")
+    assert Instance.objects.get(pk=instance.pk).terminating is False
+    assert replay(instance.pk)
+    assert instance.status()["status"] == "complete"

@@ -193,3 +193,15 @@ class StepContext:
     step: StepIdentity
     attempt: int
     config: dict
+
+
+def parameters(fn) -> tuple[str, ...]:
+    """The names ``fn`` may be called with, read from its code object when it has one (cheap: this runs
+    for every step)."""
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        return code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    try:
+        return tuple(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return ()

@@ -109,7 +109,7 @@ class Replay(JournaledSteps):
         self.rollbacks: list = []
         self.undoing: str | None = None
         # terminate(rollback=True) was asked: run() stops at the first unfinished step, the undos run.
-        self.terminating = bool(getattr(instance, "terminating", False))
+        self.terminating = bool(instance.terminating)
         self.rolling_back = False
 
     # The outcome of the whole replay.

@@ -17,10 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django_workflows.conf import workflow_settings
-from django_workflows.definition import StepContext, StepIdentity
+from django_workflows.definition import StepContext, StepIdentity, parameters
 from django_workflows.errors import WorkflowConfigError
-from django_workflows.policy import build_policy, default_policy
 
 ROLLBACK_KEYS = ("rollback", "rollback_config", "rollbackConfig")
 PREFIX = "rollback "
@@ -62,15 +60,7 @@ def outcome(undone: int, failed_step: str | None = None, error: dict | None = No
 def call_with_named(fn, **available):
     """Call ``fn`` with those of ``available`` it declares by name (a handler's ``output``, ``error`` and
     ``ctx``), so a handler declares only what it reads."""
-    code = getattr(fn, "__code__", None)
-    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount] if code else ()
-    if code is None:
-        import inspect
-
-        try:
-            names = tuple(inspect.signature(fn).parameters)
-        except (TypeError, ValueError):
-            names = ()
+    names = parameters(fn)
     return fn(**{name: value for name, value in available.items() if name in names})
 
 
@@ -82,9 +72,7 @@ class UndoSteps:
         # The count is the key's ("<name>-<count>"): steps run side by side may share a name.
         return StepContext(StepIdentity(name, int(key.rpartition("-")[2])), attempt, policy.as_config())
 
-    def _remember_undo(self, name, key, handler, undo_config, output, config, attempt) -> None:
-        policy = default_policy() if config is None else build_policy(
-            config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
+    def _remember_undo(self, name, key, handler, undo_config, output, policy, attempt) -> None:
         self.rollbacks.append(PendingUndo(name, handler, undo_config, output,
                                           self._context(name, key, attempt, policy)))
 

@@ -160,7 +160,9 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             self.count_step(key, journaled=True)
             if undo is not None:
-                self._remember_undo(name, key, undo, undo_config, entry.result, config, len(entry.attempts))
+                policy = default_policy() if config is None else build_policy(
+                    config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
+                self._remember_undo(name, key, undo, undo_config, entry.result, policy, len(entry.attempts))
             return True, entry.result
         if entry is not None and entry.status == StepStatus.FAILED:
             self.count_step(key, journaled=True)
@@ -233,8 +235,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
                         error=None, wake_at=None, ended_at=ended,
                     )
                 if pending.undo is not None:
-                    self._remember_undo(name, key, pending.undo, pending.undo_config, value, pending.config,
-                                        number)
+                    self._remember_undo(name, key, pending.undo, pending.undo_config, value, policy, number)
                 self.after_write(status, key)
                 return value
 

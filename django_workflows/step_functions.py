@@ -19,23 +19,11 @@ context. Dependencies run one after another, in the order given, or with ``concu
 from __future__ import annotations
 
 import functools
-import inspect
 
+from django_workflows.definition import parameters
 from django_workflows.errors import InvalidStepInput
 
 CONTEXT_PARAMETER = "ctx"
-
-
-def parameters(fn) -> tuple[str, ...]:
-    """The names ``fn`` may be called with, read from its code object when it has one (cheap: this runs
-    for every step)."""
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        return code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-    try:
-        return tuple(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return ()
 
 
 def wants_context(fn) -> bool:

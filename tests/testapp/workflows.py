@@ -321,25 +321,28 @@ class Awaiter(WorkflowEntrypoint):
         return step.do("resumed", lambda: {"at": time.time(), "payload": got.payload})
 
 
+def _hang_once(marker: str, name: str) -> str:
+    """The first run records its process id in ``marker`` and hangs until that process is killed."""
+    import os
+    import time
+
+    if _bump(name) == 1:
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        for _ in range(600):
+            time.sleep(0.1)
+    return "survived"
+
+
 class Crashable(WorkflowEntrypoint):
     """Its middle step, the first time, records its process id and hangs until that process is killed."""
 
     def run(self, event, step):
-        import os
-        import time
-
         marker = event.payload["marker"]
         step.do("before", lambda: _bump(f"{event.instance_id}:before"))
 
-        def victim():
-            if _bump(f"{event.instance_id}:victim") == 1:
-                with open(marker, "w") as f:
-                    f.write(str(os.getpid()))
-                for _ in range(600):
-                    time.sleep(0.1)
-            return "survived"
-
-        step.do("victim", victim, config={"retries": {"limit": 0}})
+        step.do("victim", lambda: _hang_once(marker, f"{event.instance_id}:victim"),
+                config={"retries": {"limit": 0}})
         if event.payload.get("then_sleep"):
             step.sleep("nap", "1 second")
         step.do("after", lambda: _bump(f"{event.instance_id}:after"))
@@ -351,19 +354,11 @@ class CrashableAll(WorkflowEntrypoint):
     hangs until that process is killed."""
 
     def run(self, event, step):
-        import os
-        import time
-
         marker, iid = event.payload["marker"], event.instance_id
         step.do("before", lambda: _bump(f"{iid}:before"))
 
         def victim():
-            if _bump(f"{iid}:victim") == 1:
-                with open(marker, "w") as f:
-                    f.write(str(os.getpid()))
-                for _ in range(600):
-                    time.sleep(0.1)
-            return "survived"
+            return _hang_once(marker, f"{iid}:victim")
 
         results = step.all([("left", lambda: _bump(f"{iid}:left")), ("victim", victim, {"retries": {"limit": 0}}),
                             ("right", lambda: _bump(f"{iid}:right"))])

@@ -275,16 +275,20 @@ def main() -> None:
     result["limit"] = {"rate": summary(rates), "us": summary([1e6 / r for r in rates]), "rows": inserts}
     result["step"] = {"us": summary(step_us), "ratio": summary(ratios), "steps": steps}
 
-    # The same steps in the Python SDK's async form, and three at a time side by side (step.all: each
+    # The same steps in the Python SDK's async forms (awaited one by one, and as decorated async step
+    # functions), and three at a time side by side (step.all, and asyncio.gather in async run: each
     # group's bodies run in threads of their own, so it measures what running side by side costs).
-    log(f"{backend}: 2b. the same 999 steps, async def run and step.all of three, {runs} run(s)")
-    step_overhead(51, "bench-steps-async")
-    step_overhead(51, "bench-steps-all")
-    forms: dict = {"async": [], "all3": []}
+    log(f"{backend}: 2b. the same 999 steps: async def run, decorated, step.all and gather of three, {runs} run(s)")
+    workflows_of = {"async": "bench-steps-async", "decorated": "bench-steps-decorated",
+                    "all3": "bench-steps-all", "gather3": "bench-steps-gather"}
+    for name in workflows_of.values():
+        step_overhead(51, name)
+    forms: dict = {form: [] for form in workflows_of}
     for n in range(runs):
-        forms["async"].append(step_overhead(999, "bench-steps-async"))
-        forms["all3"].append(step_overhead(999, "bench-steps-all"))
-        log(f"  run {n + 1}: async {forms['async'][-1]:.0f} us, step.all of three {forms['all3'][-1]:.0f} us per step")
+        for form, name in workflows_of.items():
+            forms[form].append(step_overhead(999, name))
+        log(f"  run {n + 1}: " + ", ".join(f"{form} {values[-1]:.0f} us" for form, values in forms.items())
+            + " per step")
     result["step_forms"] = {form: {"us": summary(values)} for form, values in forms.items()}
 
     log(f"{backend}: 3. sequential 3-step workflows, ours and DBOS, {runs} run(s) of {three}")

@@ -1,5 +1,6 @@
 """The workflows the benchmarks run (the worker subprocesses load them too)."""
 
+import asyncio
 import time
 
 from django_workflows import WorkflowEntrypoint
@@ -47,6 +48,36 @@ class BenchStepsSideBySide(WorkflowEntrypoint):
         total = 0
         for _ in range(event.payload["n"] // 3):
             total += sum(step.all([("a", _one), ("b", _one), ("c", _one)]))
+        return total
+
+
+class BenchStepsGathered(WorkflowEntrypoint):
+    """``n`` trivial steps, three at a time gathered (``asyncio.gather`` in an async run)."""
+
+    name = "bench-steps-gather"
+    step_limit = 25_000
+
+    async def run(self, event, step):
+        total = 0
+        for _ in range(event.payload["n"] // 3):
+            total += sum(await asyncio.gather(step.do("a", _one), step.do("b", _one), step.do("c", _one)))
+        return total
+
+
+class BenchStepsDecorated(WorkflowEntrypoint):
+    """``n`` trivial steps in the Python SDK's decorator form: an async step function, awaited."""
+
+    name = "bench-steps-decorated"
+    step_limit = 25_000
+
+    async def run(self, event, step):
+        @step.do("s")
+        async def one():
+            return 1
+
+        total = 0
+        for _ in range(event.payload["n"]):
+            total += await one()
         return total
 
 

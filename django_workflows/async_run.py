@@ -1,89 +1,317 @@
 """``async def run(self, event, step)``: Cloudflare's Python SDK writes workflows as coroutines.
 
-The journal, the keys and the guarantees are those of ``def run``: each ``await step.do(...)`` (and sleep,
-sleep_until, wait_for_event, and a decorated step function's call) runs, or answers from the journal,
-when it is called, and the awaitable it returns already holds the answer. So the coroutine never waits
-for an event loop: the replay drives it step by step in its own thread, and a step that must wait
-suspends it as it suspends ``def run``. A step function may itself be ``async def``; it runs to the end
-in an event loop of its own, inside the step's timeout.
+The journal, the keys and the guarantees are those of ``def run``. ``run()`` runs in an event loop of the
+replay's own, so ``asyncio.gather``, ``asyncio.wait`` and ``asyncio.as_completed`` work on its steps:
 
-What needs a running loop in ``run()`` itself (``asyncio.gather``, ``asyncio.sleep``, a network call
-awaited outside a step) is refused with a clear error: do such work inside a step, and run steps one
-after another.
+    receipt, label = await asyncio.gather(step.do("charge", charge), step.do("print label", label))
+    done, _ = await asyncio.wait([approval, reminder], return_when=asyncio.FIRST_COMPLETED)
+
+Each step call takes its key when it is called (so in the order run() calls them, whichever finishes
+first) and returns a future; nothing touches the database while the loop runs. When every task of the
+loop waits, the replay settles the steps called so far, in rounds:
+
+- A round answers from the journal the steps it settled in that same round before (each journal row
+  remembers its round, ``Step.settled_in``), so a replay hands run() the outcomes grouped and ordered
+  as the first run did, and a race (``FIRST_COMPLETED``) is won by the same step on every replay.
+- When the journal has nothing for this round, the steps run: step bodies side by side (first attempts
+  each in a thread, as ``step.all``), then each is journaled, in the order they were called; sleeps that
+  are due and waits whose event is in the inbox are settled too. Those that must wait (a sleep, a wait,
+  a retry's delay) sit out the rest of this replay.
+- When nothing more can be settled and run() still waits, the instance suspends until the earliest
+  wake time, or an event that one of its waits takes; ``Suspend`` is raised into run() where it waits,
+  as in ``def run``.
+
+What run() awaits must come from its steps: a timer (``asyncio.sleep`` with a delay), a network call or
+a foreign future outside a step is refused with a clear error. A step function may be ``async def``; it
+runs to its end in an event loop of its own, inside the step's timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+
+from django_workflows.concurrent_steps import parse_calls
+from django_workflows.control_flow import Suspend, Terminating
+from django_workflows.definition import parameters
+from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
+from django_workflows.models import StepKind, StepStatus
 from django_workflows.step import WorkflowStep
 from django_workflows.step_functions import StepFunction
 
+_UNEXAMINED = object()
+# Rounds run() may go on after a suspension was raised into it (its finally blocks, a bare except that
+# swallows it and calls more steps) before the loop is closed on it.
+_SUSPENDED_ROUNDS = 100
 
-class Settled:
-    """An awaitable that already holds its value (the step ran, or was answered, when called)."""
 
-    __slots__ = ("value",)
+class Called:
+    """A step run() called, and the future it awaits."""
 
-    def __init__(self, value):
-        self.value = value
+    __slots__ = ("kind", "name", "key", "arguments", "future", "entry", "parked")
 
-    def __await__(self):
-        return self.value
-        yield  # a generator, as __await__ must return an iterator; it never yields
+    def __init__(self, kind, name, key, arguments, future):
+        self.kind, self.name, self.key, self.arguments, self.future = kind, name, key, arguments, future
+        self.entry = _UNEXAMINED
+        # The Suspend this step asked for in this replay: it sits out the rest of it.
+        self.parked: Suspend | None = None
+
+    def journaled(self) -> bool:
+        """Whether the journal holds its final outcome."""
+        if self.entry is None:
+            return False
+        if self.kind == StepKind.SLEEP:
+            return self.entry.status == StepStatus.SUCCEEDED
+        return self.entry.status in (StepStatus.SUCCEEDED, StepStatus.FAILED)
+
+
+class EventLoopRun:
+    """One replay of an ``async def run``: its event loop, and the steps called and not yet settled."""
+
+    def __init__(self, replay):
+        self.replay = replay
+        self.loop = asyncio.new_event_loop()
+        self.called: list[Called] = []
+        self.futures: list[asyncio.Future] = []
+        self.round = 0
+
+    def call(self, kind: str, name: str, arguments) -> asyncio.Future:
+        key = self.replay.next_key(name)
+        future = self.loop.create_future()
+        self.futures.append(future)
+        self.called.append(Called(kind, name, key, arguments, future))
+        return future
+
+    def run(self, coroutine):
+        """Run ``run()``'s coroutine to its end; return what it returns."""
+        main = self.loop.create_task(coroutine)
+        try:
+            suspended_rounds = 0
+            while True:
+                self._run_until_idle()
+                if main.done():
+                    return main.result()
+                waiting = self.called = [called for called in self.called if not called.future.done()]
+                if self.replay.suspended is not None:
+                    # Suspended: run() may only unwind now (a step it calls waits with the rest).
+                    suspended_rounds += 1
+                    if not waiting or suspended_rounds > _SUSPENDED_ROUNDS:
+                        raise self.replay.suspended
+                    self._raise_into(waiting, self.replay.suspended)
+                elif not waiting:
+                    raise _not_a_step()
+                elif not self._settle(waiting):
+                    self.replay.suspended = _merged([called.parked for called in waiting if called.parked])
+                    self._raise_into(waiting, self.replay.suspended)
+        finally:
+            self._close()
+
+    # Rounds.
+
+    def _settle(self, waiting: list[Called]) -> bool:
+        """Settle what this round can; False if nothing could be and run() must suspend."""
+        for called in waiting:
+            if called.entry is _UNEXAMINED:
+                try:
+                    called.entry = self.replay.lookup(called.key, called.kind)
+                except Terminating as stop:
+                    self._raise_into([called], stop)
+                    return True
+        journaled = [called for called in waiting if called.parked is None and called.journaled()]
+        if journaled:
+            this_round = [c for c in journaled if c.entry.settled_in in (None, self.round)]
+            if not this_round:
+                # Settled in another round than this replay reaches it in: the code changed around it.
+                first = min(c.entry.settled_in for c in journaled)
+                this_round = [c for c in journaled if c.entry.settled_in == first]
+            self._deliver([(called, *self._answer(called)) for called in this_round])
+            return True
+        live = [called for called in waiting if called.parked is None]
+        if not live:
+            return False
+        writer = self.replay.writer
+        writer.settled_in = self.round
+        try:
+            outcomes = self._run_live(live)
+        finally:
+            writer.settled_in = None
+        if any(called.parked is not None and called.parked.pause for called in live):
+            return False
+        self._deliver(outcomes)
+        return bool(outcomes)
+
+    def _answer(self, called: Called) -> tuple[bool, object]:
+        """``(True, value)`` or ``(False, error)`` from the journal, or by running it: one step, alone."""
+        replay = self.replay
+        try:
+            if called.kind == StepKind.DO:
+                name, fn, config = called.arguments
+                answered, outcome = replay.begin_do(name, fn, config, key=called.key)
+                return True, outcome if answered else replay.run_do(outcome)
+            if called.kind == StepKind.SLEEP:
+                return True, replay.sleep(called.name, key=called.key, **called.arguments)
+            return True, replay.wait_for_event(called.name, *called.arguments, key=called.key)
+        except USER_FAILURES as failure:
+            return False, failure
+
+    def _run_live(self, live: list[Called]) -> list[tuple]:
+        """Settle the steps the journal does not answer, in the order called; the outcomes of those
+        settled. Bodies run side by side first; each is journaled in its turn."""
+        replay = self.replay
+        outcomes, pending = {}, {}
+        for called in live:
+            if called.kind != StepKind.DO:
+                continue
+            name, fn, config = called.arguments
+            try:
+                answered, outcome = replay.begin_do(name, fn, config, key=called.key)
+            except Suspend as suspension:
+                called.parked = suspension
+                continue
+            except USER_FAILURES as failure:
+                outcomes[called] = (False, failure)
+                continue
+            if answered:
+                outcomes[called] = (True, outcome)
+            else:
+                pending[called] = outcome
+        firsts = dict(zip(pending, replay._first_attempts(list(pending.values())))) if len(pending) > 1 else {}
+        for called in live:
+            if called in outcomes or called.parked is not None:
+                continue
+            try:
+                if called in pending:
+                    outcomes[called] = (True, replay.run_do(pending[called], firsts.get(called)))
+                else:
+                    outcomes[called] = self._answer(called)
+            except Suspend as suspension:
+                called.parked = suspension
+            except USER_FAILURES as failure:
+                outcomes[called] = (False, failure)
+        return [(called, *outcomes[called]) for called in live if called in outcomes]
+
+    def _deliver(self, outcomes) -> None:
+        for called, succeeded, value in outcomes:
+            if succeeded:
+                called.future.set_result(value)
+            else:
+                called.future.set_exception(value)
+        self.round += 1
+
+    def _raise_into(self, waiting: list[Called], exc: BaseException) -> None:
+        for called in waiting:
+            if not called.future.done():
+                called.future.set_exception(exc)
+
+    # The loop.
+
+    def _run_until_idle(self) -> None:
+        loop = self.loop
+        while True:
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+            # asyncio's queue of ready callbacks: empty when every task waits on a future.
+            if not loop._ready:
+                return
+
+    def _close(self) -> None:
+        loop = self.loop
+        tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            try:
+                self._run_until_idle()
+            except BaseException:  # noqa: BLE001 - what a cancelled task raises on its way out is moot now
+                pass
+        for future in self.futures:
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: no "exception never retrieved" in the log
+        loop.close()
+
+
+def _merged(suspensions: list[Suspend]) -> Suspend:
+    """One suspension for several steps waiting at once: a pause first; else until the earliest wake
+    time, or until an event any of them waits for."""
+    paused = [suspension for suspension in suspensions if suspension.pause]
+    if paused:
+        return paused[0]
+    timed = [suspension for suspension in suspensions if suspension.wake_at is not None]
+    earliest = min(timed, key=lambda suspension: suspension.wake_at) if timed else suspensions[0]
+    types = []
+    for suspension in suspensions:
+        types += [t for t in suspension.waiting_for or () if t not in types]
+    return Suspend(step_key=earliest.step_key, wake_at=earliest.wake_at, waiting_for=types or None)
 
 
 class AsyncStepFunction(StepFunction):
+    """A decorated step function of an async run(): calling it returns a coroutine, which awaits the
+    steps it depends on (side by side with ``concurrent=True``), then its own."""
+
     def __call__(self, *args, **kwargs):
-        return Settled(super().__call__(*args, **kwargs))
+        return self._call(args, kwargs)
+
+    async def _call(self, args, kwargs):
+        names = parameters(self.func)
+        given = set(names[: len(args)]) | set(kwargs)
+        unresolved = [d for _, d in self.dependencies(names, given) if not d._results]
+        if self.concurrent and len(unresolved) > 1:
+            await asyncio.gather(*(dependency() for dependency in unresolved))
+        else:
+            for dependency in unresolved:
+                await dependency()
+        value = await self._step._run_do(*self.prepare(args, kwargs))
+        self._results.append(value)
+        return value
 
 
 class AsyncWorkflowStep(WorkflowStep):
     """The ``step`` an ``async def run`` receives: the same calls, each returning an awaitable."""
 
-    __slots__ = ()
-
-    def do(self, name=None, fn=None, *, config=None, depends=None, concurrent=False):
-        result = super().do(name, fn, config=config, depends=depends, concurrent=concurrent)
-        return result if fn is None else Settled(result)
-
-    def all(self, calls):
-        return Settled(super().all(calls))
-
-    def sleep(self, name, duration):
-        return Settled(super().sleep(name, duration))
-
-    def sleep_until(self, name, timestamp):
-        return Settled(super().sleep_until(name, timestamp))
-
-    def wait_for_event(self, name, type, timeout="24 hours"):  # noqa: A002
-        return Settled(super().wait_for_event(name, type, timeout))
-
-    def rollback_all(self, error=None):
-        return Settled(super().rollback_all(error))
+    __slots__ = ("_loop_run",)
 
     step_function_class = AsyncStepFunction
 
+    def __init__(self, replay, loop_run: EventLoopRun):
+        super().__init__(replay)
+        self._loop_run = loop_run
 
-def drive(coroutine):
-    """Run ``run()``'s coroutine to its end in this thread, and return what it returns."""
-    try:
-        awaited = coroutine.send(None)
-    except StopIteration as finished:
-        return finished.value
-    except RuntimeError as exc:
-        # What asyncio raises when run() reaches for the running loop there is none of (asyncio.sleep,
-        # gather, create_task): the same mistake as awaiting a future.
-        if "no running event loop" not in str(exc):
-            raise
-        raise _not_a_step("asyncio, which needs a running event loop") from None
-    coroutine.close()
-    raise _not_a_step(repr(awaited))
+    def _run_do(self, name, fn, config):
+        return self._loop_run.call(StepKind.DO, name, (name, fn, config))
+
+    def all(self, calls):
+        return asyncio.gather(*(self._run_do(name, fn, config) for name, fn, config in parse_calls(calls)))
+
+    def sleep(self, name, duration):
+        return self._loop_run.call(StepKind.SLEEP, name, {"duration": duration})
+
+    def sleep_until(self, name, timestamp):
+        return self._loop_run.call(StepKind.SLEEP, name, {"until": timestamp})
+
+    def wait_for_event(self, name, type, timeout="24 hours"):  # noqa: A002
+        return self._loop_run.call(StepKind.WAIT, name, (type, timeout))
+
+    async def rollback_all(self, error=None):
+        undone = []
+        while (undo := self._replay.next_undo(error)) is not None:
+            step_name, name, fn, config = undo
+            await self._run_do(name, fn, config)
+            undone.append(step_name)
+        return undone
 
 
-def _not_a_step(what: str) -> WorkflowConfigError:
+def drive(replay, run, event):
+    """Run ``run(event, step)``, an ``async def``, to its end in an event loop of its own; return what it
+    returns."""
+    loop_run = EventLoopRun(replay)
+    return loop_run.run(run(event, AsyncWorkflowStep(replay, loop_run)))
+
+
+def _not_a_step() -> WorkflowConfigError:
     return WorkflowConfigError(
-        f"run() awaited {what}, which is not a step: an async run() may await only its steps (step.do, "
-        "step.sleep, step.sleep_until, step.wait_for_event, a step function). Do other asynchronous work "
-        "inside a step (an async def step function runs in an event loop of its own), and run steps one "
-        "after another, or side by side with await step.all([(name, fn), ...]) (not asyncio.gather)."
+        "run() awaited something that is not a step, and nothing else was left to run: an async run() may "
+        "await only its steps (step.do, step.sleep, step.sleep_until, step.wait_for_event, a step "
+        "function), and asyncio.gather, asyncio.wait or asyncio.as_completed of them. A timer "
+        "(asyncio.sleep with a delay), a network call or a foreign future belongs inside a step (an async "
+        "def step function runs in an event loop of its own), where its outcome is journaled."
     )

@@ -225,6 +225,11 @@ class Step(models.Model):
     wake_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    settled_in = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="An async run()'s round in which the outcome reached run(): steps awaited together share "
+                  "one, and a replay hands them back in the same rounds.",
+    )
 
     objects = StepQuerySet.as_manager()
 

@@ -105,6 +105,8 @@ class Replay(JournaledSteps):
         self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
         # Wall-clock time just before the write that releases the lease, for replay_finished.
         self.released: float | None = None
+        # Each step's journal entry (or None), by key, from where run() first reached it.
+        self.examined: dict[str, Entry | None] = {}
         # Steps that succeeded with an undo, in the order they succeeded (rollbacks.PendingUndo).
         self.rollbacks: list = []
         self.undoing: str | None = None
@@ -173,7 +175,7 @@ class Replay(JournaledSteps):
         try:
             workflow = workflow_class()
             if inspect.iscoroutinefunction(workflow.run):
-                output = async_run.drive(workflow.run(event, async_run.AsyncWorkflowStep(self)))
+                output = async_run.drive(self, workflow.run, event)
             else:
                 output = workflow.run(event, WorkflowStep(self))
         except Terminating:
@@ -343,7 +345,12 @@ class Replay(JournaledSteps):
         raise exc
 
     def lookup(self, key: str, kind: str) -> Entry | None:
-        entry = self._lookup(key, kind)
+        # Looked up once per replay, where run() first reaches it: an async run() may look at a step
+        # its event loop has not finished with in several rounds, and position counts the first.
+        if key in self.examined:
+            entry = self.examined[key]
+        else:
+            entry = self.examined[key] = self._lookup(key, kind)
         if self.terminating and not self.rolling_back and (
                 entry is None or entry.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED)):
             # Stopped before anything new runs, sleeps or waits: the undos of what ran come next.

@@ -76,16 +76,24 @@ class UndoSteps:
         self.rollbacks.append(PendingUndo(name, handler, undo_config, output,
                                           self._context(name, key, attempt, policy)))
 
+    def next_undo(self, error) -> tuple | None:
+        """The last remembered undo as a step, ``(step name, undo's name, fn, config)``, taken off the
+        list; None when every undo ran."""
+        if not self.rollbacks:
+            return None
+        pending = self.rollbacks.pop()
+
+        def undo():
+            return call_with_named(pending.handler, output=pending.output, error=error, ctx=pending.context)
+
+        self.undoing = PREFIX + pending.step_name
+        return pending.step_name, self.undoing, undo, pending.config
+
     def rollback_all(self, error) -> list[str]:
         """Run the remembered undos, last first; return the names of the steps undone, in that order."""
         undone = []
-        while self.rollbacks:
-            pending = self.rollbacks.pop()
-
-            def undo(pending=pending):
-                return call_with_named(pending.handler, output=pending.output, error=error, ctx=pending.context)
-
-            self.undoing = PREFIX + pending.step_name
-            self.do(self.undoing, undo, pending.config)
-            undone.append(pending.step_name)
+        while (undo := self.next_undo(error)) is not None:
+            step_name, name, fn, config = undo
+            self.do(name, fn, config)
+            undone.append(step_name)
         return undone

@@ -148,14 +148,14 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
         answered, outcome = self.begin_do(name, fn, config)
         return outcome if answered else self.run_do(outcome)
 
-    def begin_do(self, name: str, fn, config) -> tuple[bool, object]:
-        """Take the step's key and look it up: ``(True, result)`` if the journal answers it (its error
-        raised again if it failed), ``(False, PendingDo)`` if it must run now; a retry whose delay has
-        not passed suspends."""
+    def begin_do(self, name: str, fn, config, key: str | None = None) -> tuple[bool, object]:
+        """Take the step's key (unless an async run() took it when it called the step) and look it up:
+        ``(True, result)`` if the journal answers it (its error raised again if it failed),
+        ``(False, PendingDo)`` if it must run now; a retry whose delay has not passed suspends."""
         undo = undo_config = None
         if config is not None and any(k in config for k in rollbacks.ROLLBACK_KEYS):
             config, undo, undo_config = rollbacks.split_config(config, f"step {name!r}")
-        key = self.next_key(name)
+        key = key or self.next_key(name)
         entry = self.lookup(key, StepKind.DO)
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             self.count_step(key, journaled=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import asdict, dataclass
 
-from django_workflows.async_run import AsyncWorkflowStep, drive
+from django_workflows.async_run import drive
 from django_workflows.control_flow import EndOfJournal
 from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.errors import WorkflowNotFound
@@ -73,7 +73,7 @@ def verify(instance: Instance) -> Divergence | None:
     try:
         workflow = workflow_class()
         if inspect.iscoroutinefunction(workflow.run):
-            drive(workflow.run(event, AsyncWorkflowStep(replay)))
+            drive(replay, workflow.run, event)
         else:
             workflow.run(event, WorkflowStep(replay))
     except EndOfJournal:

@@ -25,13 +25,13 @@ _ZERO = timedelta(0)
 class WaitSteps:
     # step.sleep and step.sleep_until
 
-    def sleep(self, name: str, *, duration=None, until=None) -> None:
+    def sleep(self, name: str, *, duration=None, until=None, key: str | None = None) -> None:
         now = clock.now()
         if until is None:
             delta = parse_duration(duration, what=f"step.sleep({name!r})")
             if delta > MAX_WAIT:
                 raise InvalidStepInput(f"step.sleep({name!r}): {duration!r} is longer than the limit of 365 days")
-        key = self.next_key(name)
+        key = key or self.next_key(name)
         entry = self.lookup(key, StepKind.SLEEP)
         if entry is not None:
             if entry.status == StepStatus.SUCCEEDED:
@@ -64,7 +64,7 @@ class WaitSteps:
 
     # step.wait_for_event
 
-    def wait_for_event(self, name: str, event_type, timeout) -> WorkflowStepEvent:
+    def wait_for_event(self, name: str, event_type, timeout, key: str | None = None) -> WorkflowStepEvent:
         types = [event_type] if isinstance(event_type, str) else event_type
         if not isinstance(types, (list, tuple)) or not types:
             raise InvalidStepInput(
@@ -78,7 +78,7 @@ class WaitSteps:
         delta = parse_duration(timeout, what=f"step.wait_for_event({name!r}) timeout")
         if delta > MAX_WAIT:
             raise InvalidStepInput(f"step.wait_for_event({name!r}): timeout {timeout!r} is longer than 365 days")
-        key = self.next_key(name)
+        key = key or self.next_key(name)
         # Not counted toward the step limit: as on Cloudflare, only step.do is.
         entry = self.lookup(key, StepKind.WAIT)
         undeclared = [t for t in types if self.declared_events is not None and t not in self.declared_events]

@@ -42,11 +42,12 @@ class Entry:
     steps does not decode 40,000 values it will never look at.
     """
 
-    __slots__ = ("id", "kind", "status", "result", "_details", "_decode")
+    __slots__ = ("id", "kind", "status", "result", "settled_in", "_details", "_decode")
 
     def __init__(self, id: int, kind: str, status: str, attempts: list, result: Any,  # noqa: A002
-                 error: dict | None, wake_at: datetime | None, started_at: datetime):
+                 error: dict | None, wake_at: datetime | None, started_at: datetime, settled_in: int | None = None):
         self.id, self.kind, self.status, self.result = id, kind, status, result
+        self.settled_in = settled_in
         self._details = (attempts, error, wake_at, started_at)
         self._decode = None
 
@@ -56,6 +57,7 @@ class Entry:
         entry = cls.__new__(cls)
         entry.id, entry.kind, entry.status = row[1], row[2], row[3]
         entry.result = None if row[5] is None else json.loads(row[5])
+        entry.settled_in = row[9]
         entry._details = (row[4], row[6], row[7], row[8])
         entry._decode = decode_details
         return entry
@@ -80,7 +82,8 @@ def engine_statements():
         raise StoreError(f"{type(exc).__name__}: {exc}") from exc
 
 
-_JOURNAL_COLUMNS = ("key", "id", "kind", "status", "attempts", "result", "error", "wake_at", "started_at")
+_JOURNAL_COLUMNS = ("key", "id", "kind", "status", "attempts", "result", "error", "wake_at", "started_at",
+                    "settled_in")
 _DETAIL_COLUMNS = ("attempts", "error", "wake_at", "started_at")
 
 
@@ -129,6 +132,8 @@ class JournalWriter:
         self.epoch = epoch
         # The replay's leases.Lease, once held: a lapsed or lost lease fences the next write.
         self.lease = None
+        # While an async run()'s round settles its steps, the round: written with each of its rows.
+        self.settled_in: int | None = None
         self.alias = router.db_for_write(Step)
         connection = connections[self.alias]
         self.connection = connection
@@ -161,6 +166,8 @@ class JournalWriter:
     def insert(self, **fields) -> tuple[int, str]:
         """Insert a journal row; return ``(step id, instance status)``."""
         fields.setdefault("attempts", _NO_ATTEMPTS)
+        if self.settled_in is not None:
+            fields["settled_in"] = self.settled_in
         columns = tuple(fields)
         key = (self.connection.vendor, columns)
         sql = _INSERTS.get(key)
@@ -176,6 +183,8 @@ class JournalWriter:
 
     def update(self, step_id: int, **fields) -> tuple[int, str]:
         """Update a journal row; return ``(step id, instance status)``."""
+        if self.settled_in is not None:
+            fields["settled_in"] = self.settled_in
         assignments = ", ".join(f"{c} = {self._placeholders[c]}" for c in fields)
         sql = f"UPDATE {self._step_table} SET {assignments} WHERE id = %s AND {self._fence} {self._returning}"
         params = [*(self._value(c, v) for c, v in fields.items())]
@@ -323,4 +332,4 @@ _INSERTS: dict[tuple, str] = {}
 
 
 _FIELD_COLUMNS = ("key", "name", "kind", "status", "attempts", "config", "result", "error", "wake_at",
-                  "started_at", "ended_at")
+                  "started_at", "ended_at", "settled_in")

@@ -119,5 +119,5 @@ def test_awaiting_anything_but_a_step_in_run_is_a_clear_error(workflows_env):
     workflows_env.run_until_idle()
     error = instance.status()["error"]
     assert error["name"] == "WorkflowConfigError"
-    assert "which is not a step" in error["message"] and "inside a step" in error["message"]
+    assert "that is not a step" in error["message"] and "inside a step" in error["message"]
     assert list(Step.objects.values_list("key", flat=True)) == ["first-1"]

@@ -45,14 +45,23 @@ def test_an_event_resumes_inline():
 
 
 def test_run_due_runs_instances_whose_wake_time_has_passed():
-    import time
+    from datetime import timedelta
 
-    instance = workflows.get("sleeper").create(params={"duration": 50})
-    assert instance.status()["status"] == "waiting"
-    assert get_executor().run_due() == 0  # not due yet
-    time.sleep(0.06)
-    assert get_executor().run_due() == 1
-    assert instance.status()["output"] == "after"
+    from django_workflows import clock
+    from django_workflows.testing import ManualClock
+
+    # A clock that moves only when told: a loaded machine cannot make the sleep due too early.
+    manual = ManualClock()
+    previous = clock.use(manual)
+    try:
+        instance = workflows.get("sleeper").create(params={"duration": 50})
+        assert instance.status()["status"] == "waiting"
+        assert get_executor().run_due() == 0  # not due yet
+        manual.advance(timedelta(milliseconds=60))
+        assert get_executor().run_due() == 1
+        assert instance.status()["output"] == "after"
+    finally:
+        clock.use(previous)
 
 
 class FailingInlineExecutor(InlineExecutor):

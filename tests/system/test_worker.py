@@ -65,10 +65,12 @@ def test_sigkill_of_a_worker_process_mid_step(start_worker, tmp_path, broker, re
     assert Instance.objects.get(pk=instance.pk).crash_count == 0
 
 
-def test_sigkill_during_three_steps_side_by_side_runs_them_again_and_journals_each_once(start_worker, tmp_path):
+@pytest.mark.parametrize("workflow", ["crashable-all", "crashable-gather"])
+def test_sigkill_during_three_steps_side_by_side_runs_them_again_and_journals_each_once(start_worker, tmp_path,
+                                                                                       workflow):
     worker = start_worker()
     marker = tmp_path / "victim.pid"
-    instance = workflows.get("crashable-all").create(id="all-1", params={"marker": str(marker)})
+    instance = workflows.get(workflow).create(id="all-1", params={"marker": str(marker)})
     pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step to start"))
     assert pid != worker.pid
     os.kill(pid, signal.SIGKILL)

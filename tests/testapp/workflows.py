@@ -1,6 +1,7 @@
 """Workflows the test suite runs. Their behaviour is steered by params, and every step body
 counts its calls in ``calls``, so tests can tell a step that ran from one answered by the journal."""
 
+import asyncio
 from collections import Counter
 
 from django_workflows import NonRetryableError, WorkflowEntrypoint, WorkflowTimeoutError
@@ -363,6 +364,23 @@ class CrashableAll(WorkflowEntrypoint):
         results = step.all([("left", lambda: _bump(f"{iid}:left")), ("victim", victim, {"retries": {"limit": 0}}),
                             ("right", lambda: _bump(f"{iid}:right"))])
         step.do("after", lambda: _bump(f"{iid}:after"))
+        return results
+
+
+class CrashableGather(WorkflowEntrypoint):
+    """CrashableAll as an async run(): the three steps gathered (asyncio.gather)."""
+
+    async def run(self, event, step):
+        marker, iid = event.payload["marker"], event.instance_id
+        await step.do("before", lambda: _bump(f"{iid}:before"))
+
+        def victim():
+            return _hang_once(marker, f"{iid}:victim")
+
+        results = await asyncio.gather(step.do("left", lambda: _bump(f"{iid}:left")),
+                                       step.do("victim", victim, config={"retries": {"limit": 0}}),
+                                       step.do("right", lambda: _bump(f"{iid}:right")))
+        await step.do("after", lambda: _bump(f"{iid}:after"))
         return results
 
 

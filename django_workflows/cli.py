@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django_workflows import audit, workflows
 from django_workflows.conf import workflow_settings
+from django_workflows.durations import format_duration, milliseconds
 from django_workflows.errors import InstanceNotFound
 from django_workflows.models import Instance
 from django_workflows.validation import validate_instance_id
@@ -58,6 +59,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
     return value
+
+
+def duration_argument(text: str) -> int | str:
+    """An argparse ``type`` for a duration: digits are milliseconds, anything else is passed on as
+    text ("3 days") for the engine to read, which says what is wrong with it."""
+    return int(text) if text.isascii() and text.isdigit() else text
 
 
 def cli_sender() -> str:
@@ -125,6 +132,8 @@ def dumps(data) -> str:
 def _json_value(value):
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, timedelta):
+        return milliseconds(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
@@ -143,6 +152,13 @@ def error_text(error: dict | None) -> str:
     if not error:
         return EMPTY
     return f"{error.get('name')}: {error.get('message')}"
+
+
+def retention_text(retention: dict) -> str:
+    """An instance's own retention from describe, as people read it: "success 3 days, error 30 days"."""
+    return ", ".join(
+        f"{outcome} {'RETENTION_DAYS' if retention[outcome] is None else format_duration(retention[outcome])}"
+        for outcome in ("success", "error"))
 
 
 def clip(text: str, width: int = MAX_CELL) -> str:
@@ -224,6 +240,10 @@ def format_instance(description: dict) -> str:
         ("Output", compact_json(d["output"])),
         ("Error", error_text(d["error"])),
     ]
+    if d.get("retention"):
+        pairs.append(("Retention", retention_text(d["retention"])))
+        if d["retention"]["purge_at"]:
+            pairs.append(("Deleted after", when(d["retention"]["purge_at"])))
     parts = [fields(pairs)]
     if d["steps"]:
         rows = [[s["key"], s["type"], s["status"], _attempt_count(s), when(s["start"]), when(s["end"]),

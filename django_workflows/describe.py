@@ -2,9 +2,9 @@
 admin.
 
 The values are typed: a moment is a ``datetime`` as the database gives it (aware, with USE_TZ; ``None``
-when it has not come), not text. Each surface writes them its own way: the API's serializers and the
-CLI's ``--json`` as ISO 8601 (``datetime.isoformat()``), the CLI's tables and the admin's timeline as
-people read them.
+when it has not come), a duration a ``timedelta``, not text. Each surface writes them its own way: the
+API's serializers and the CLI's ``--json`` as ISO 8601 (``datetime.isoformat()``) and milliseconds, the
+CLI's tables and the admin's timeline as people read them.
 """
 
 from __future__ import annotations
@@ -114,6 +114,16 @@ def describe_event(event: Event, consumed_by_key: str | None) -> dict:
     }
 
 
+def describe_retention(instance: Instance) -> dict | None:
+    """The instance's own retention, chosen at create: ``{success, error, purge_at}``, the durations as
+    ``timedelta`` (None for an outcome that follows ``RETENTION_DAYS``) and, once it has ended with one
+    of them, when it is deleted; None if it chose none."""
+    if instance.success_retention is None and instance.error_retention is None:
+        return None
+    return {"success": instance.success_retention, "error": instance.error_retention,
+            "purge_at": instance.purge_at}
+
+
 DETAIL_PAGE_SIZE = 100
 
 
@@ -135,6 +145,7 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
         "params": instance.params,
         "output": instance.output,
         "error": instance.error,
+        "retention": describe_retention(instance),
         "steps": [describe_step(step) for step in steps],
         "events": [describe_event(event, keys.get(event.consumed_by_id)) for event in events],
         "pages": {

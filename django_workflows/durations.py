@@ -54,3 +54,23 @@ def parse_duration(value, *, what: str = "duration") -> timedelta:
     if delta < timedelta(0):
         raise InvalidStepInput(f"{what}: {value!r} is negative; durations must be zero or more")
     return delta
+
+
+def milliseconds(delta: timedelta) -> int | float:
+    """``delta`` in milliseconds, as Cloudflare writes a duration: a whole number when it is one."""
+    microseconds = (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    whole, rest = divmod(microseconds, 1000)
+    return whole if not rest else microseconds / 1000
+
+
+def format_duration(delta: timedelta) -> str:
+    """``delta`` as ``parse_duration`` reads it back, in the largest unit that writes it whole:
+    ``"3 days"``, ``"90 minutes"``, ``"1 week"``; milliseconds otherwise (``"1500 milliseconds"``).
+    Never in months or years, which are fixed lengths here (30 and 365 days) but not to a reader."""
+    ms = milliseconds(delta)
+    for unit in ("week", "day", "hour", "minute", "second"):
+        unit_ms = UNIT_SECONDS[unit] * 1000
+        if ms and ms % unit_ms == 0:
+            count = int(ms // unit_ms)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{ms} millisecond{'s' if ms != 1 else ''}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError
@@ -16,6 +17,7 @@ from django.db import IntegrityError
 from django_workflows import clock, declared_events
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
+from django_workflows.durations import parse_duration
 from django_workflows.errors import (
     DuplicateDelivery,
     EventTooLarge,
@@ -26,6 +28,7 @@ from django_workflows.errors import (
     InstanceNotFound,
     InvalidEvent,
     InvalidParams,
+    InvalidStepInput,
     InvalidTransition,
     ParamsTooLarge,
     StepNotFound,
@@ -42,6 +45,50 @@ from django_workflows.validation import (
 )
 
 MAX_BATCH = 100
+
+MAX_RETENTION = timedelta(days=365)
+"""The longest retention an instance may choose for itself (``create(retention=...)``)."""
+
+RETENTION_OUTCOMES = ("success", "error")
+# Cloudflare's binding spells the keys successRetention and errorRetention; its REST API
+# success_retention and error_retention. Named in the refusal, so that ported code is told the key here.
+_CLOUDFLARE_RETENTION_KEYS = {"successRetention": "success", "success_retention": "success",
+                              "errorRetention": "error", "error_retention": "error"}
+
+
+def parse_retention_duration(outcome: str, value) -> timedelta:
+    """One duration of a ``retention``: milliseconds or "N unit(s)", from zero to ``MAX_RETENTION``;
+    anything else is ``InvalidParams``."""
+    what = f"retention[{outcome!r}]"
+    try:
+        delta = parse_duration(value, what=what)
+    except InvalidStepInput as exc:
+        raise InvalidParams(str(exc), outcome=outcome) from None
+    except OverflowError:
+        delta = None  # past what a timedelta holds: longer than any retention
+    if delta is None or delta > MAX_RETENTION:
+        raise InvalidParams(
+            f"{what}: {value!r} is longer than the {MAX_RETENTION.days} days an instance may keep itself; "
+            f"leave it out to follow the RETENTION_DAYS setting.", outcome=outcome)
+    return delta
+
+
+def parse_retention(retention) -> dict[str, timedelta]:
+    """``{"success": ..., "error": ...}`` (either key optional, None for the setting's) as timedeltas;
+    a key or value it cannot take is ``InvalidParams``."""
+    if retention is None:
+        return {}
+    if not isinstance(retention, dict):
+        raise InvalidParams(f"retention must be a dict with 'success' and/or 'error' durations, got "
+                            f"{type(retention).__name__}")
+    unknown = [key for key in retention if key not in RETENTION_OUTCOMES]
+    if unknown:
+        hints = [f" ({key!r} is Cloudflare's name for {_CLOUDFLARE_RETENTION_KEYS[key]!r})"
+                 for key in unknown if key in _CLOUDFLARE_RETENTION_KEYS]
+        raise InvalidParams("retention takes the keys 'success' and 'error', not "
+                            f"{', '.join(map(repr, unknown))}{''.join(hints)}")
+    return {outcome: parse_retention_duration(outcome, value) for outcome, value in retention.items()
+            if value is not None}
 
 
 _TOO_LARGE = {InvalidParams: ParamsTooLarge, InvalidEvent: EventTooLarge}
@@ -66,17 +113,29 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.name}>"
 
-    def _new_instance(self, instance_id, params) -> Instance:
+    def _new_instance(self, instance_id, params, retention=None) -> Instance:
         instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
         _check_json(params, workflow_settings.MAX_PARAMS_SIZE, f"The params of instance {instance_id!r}",
                     InvalidParams)
+        kept = parse_retention(retention)
         now = clock.now()
         return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
-                        status=InstanceStatus.QUEUED, created_at=now, updated_at=now)
+                        status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
+                        success_retention=kept.get("success"), error_retention=kept.get("error"))
 
-    def create(self, id: str | None = None, params: Any = None) -> InstanceHandle:  # noqa: A002
-        """Create an instance and queue its first replay. An id that exists is an error."""
-        instance = self._new_instance(id, params)
+    def create(self, id: str | None = None, params: Any = None,  # noqa: A002
+               retention: dict | None = None) -> InstanceHandle:
+        """Create an instance and queue its first replay. An id that exists is an error.
+
+        ``retention`` chooses how long the instance is kept once it has finished, by how it ended,
+        instead of the ``RETENTION_DAYS`` setting: ``{"success": "3 days", "error": "30 days"}``.
+        ``"success"`` applies to a ``complete`` instance; ``"error"`` to an ``errored`` one and to a
+        ``terminated`` one (it did not succeed either, and is kept for looking into). Each is
+        milliseconds or "N unit(s)", from zero (deleted by the next retention sweep) to 365 days. An
+        outcome left out (or None) follows the setting; one given applies even when the setting is None
+        (keep for ever). A key or a duration it cannot take raises ``InvalidParams`` and creates
+        nothing."""
+        instance = self._new_instance(id, params, retention)
         try:
             steering.insert(instance)
         except IntegrityError:
@@ -88,19 +147,22 @@ class WorkflowHandle:
         return InstanceHandle(instance)
 
     def create_batch(self, batch) -> list[InstanceHandle]:
-        """Create up to 100 instances from ``[{"id": ..., "params": ...}, ...]``.
+        """Create up to 100 instances from ``[{"id": ..., "params": ..., "retention": ...}, ...]`` (each
+        key optional; ``retention`` as ``create()`` takes it).
 
         Ids that already exist are skipped, so sending the same batch twice creates
-        each instance once. Returns a handle for every item, in order.
+        each instance once. Returns a handle for every item, in order. An item it cannot take raises
+        ``InvalidParams`` and creates none of the batch.
         """
         batch = list(batch)
         if len(batch) > MAX_BATCH:
             raise InvalidParams(f"A batch holds at most {MAX_BATCH} instances, got {len(batch)}; split it.")
         instances = []
         for item in batch:
-            if not isinstance(item, dict) or set(item) - {"id", "params"}:
-                raise InvalidParams(f"Each batch item must be a dict with 'id' and/or 'params', got {item!r}")
-            instances.append(self._new_instance(item.get("id"), item.get("params")))
+            if not isinstance(item, dict) or set(item) - {"id", "params", "retention"}:
+                raise InvalidParams(
+                    f"Each batch item must be a dict with 'id', 'params' and/or 'retention', got {item!r}")
+            instances.append(self._new_instance(item.get("id"), item.get("params"), item.get("retention")))
         ids = [instance.instance_id for instance in instances]
         if len(set(ids)) != len(ids):
             raise InvalidParams("The batch repeats an instance id; each id may appear once.")

@@ -95,6 +95,26 @@ class Instance(models.Model):
         help_text="Why a waiting instance cannot run yet, when its steps do not say (its workflow is not registered).",
     )
 
+    # The instance's own retention, chosen at create (Cloudflare's successRetention and errorRetention);
+    # null: RETENTION_DAYS. Workers of the previous release insert instances without these columns
+    # during a rolling deploy, and raw bulk inserts name only the columns they know: a nullable column
+    # is NULL there by the database's own default. No db_default=None: it says the same, and makes
+    # SQLite copy the whole table to add each column instead of an ALTER TABLE ADD COLUMN.
+    success_retention = models.DurationField(
+        null=True, blank=True, default=None,
+        help_text="How long the instance is kept once complete; null: the RETENTION_DAYS setting.",
+    )
+    error_retention = models.DurationField(
+        null=True, blank=True, default=None,
+        help_text="How long the instance is kept once errored or terminated; null: the RETENTION_DAYS "
+                  "setting.",
+    )
+    purge_at = models.DateTimeField(
+        null=True, blank=True, default=None,
+        help_text="When the finished instance is deleted, by its own retention for how it ended (set as it "
+                  "ends); null: RETENTION_DAYS after its end.",
+    )
+
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     epoch = models.PositiveBigIntegerField(
@@ -129,11 +149,14 @@ class Instance(models.Model):
             ),
             models.Index(fields=["workflow_name", "status"], name="dw_instance_by_status"),
             models.Index(fields=["status", "updated_at"], name="dw_instance_status_updated"),
-            # Retention reads a batch of instances finished before a cutoff at a time: the index
-            # finds exactly those rows (status IN (...) AND ended_at < cutoff) and the read stops after
-            # the batch, instead of reading every finished instance for each batch. Not partial: SQLite
-            # cannot match a partial index's "status IN (...)" with the query's bound parameters.
-            models.Index(fields=["status", "ended_at"], name="dw_instance_ended"),
+            # Retention reads a batch of due instances at a time, in two reads that this index serves
+            # alike: those whose own time has passed (status IN (...) AND purge_at < now) and those
+            # without one that ended before the RETENTION_DAYS cutoff (status IN (...) AND purge_at IS
+            # NULL AND ended_at < cutoff). Each finds exactly its rows and stops after the batch: an
+            # instance kept longer than RETENTION_DAYS by its own retention is never read again and
+            # again on the way. Not partial: SQLite cannot match a partial index's "status IN (...)"
+            # with the query's bound parameters.
+            models.Index(fields=["status", "purge_at", "ended_at"], name="dw_instance_retention"),
             models.Index(
                 fields=["lease_expires_at"],
                 name="dw_instance_leased",

@@ -38,7 +38,7 @@ from django_workflows.models import Instance, InstanceStatus, StepStatus
 from django_workflows.serialization import NotJournalable, encode, storable_text
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.step import JournaledSteps, WorkflowStep
-from django_workflows.store import leases
+from django_workflows.store import leases, retention
 from django_workflows.store.journal import WAITING_UNLESS_PAUSE_ASKED, Entry, JournalWriter, encoded, load
 from django_workflows.validation import validate_step_name
 
@@ -209,6 +209,11 @@ class Replay(JournaledSteps):
 
     def _finish(self, **fields) -> bool:
         self.released = time.time()
+        if "ended_at" in fields:
+            # Ending: when the instance's own retention deletes it, written by the same statement.
+            fields["purge_at"] = retention.own_purge_at(fields["status"], fields["ended_at"],
+                                                        self.instance.success_retention,
+                                                        self.instance.error_retention)
         return self.writer.release(clock.now(), **fields)
 
     def complete(self, output) -> str:

@@ -13,10 +13,11 @@ from django_workflows import clock
 from django_workflows.admin.forms import SendEventForm
 from django_workflows.admin.steering import steering_buttons
 from django_workflows.approvals import approval_awaited, decision_refused
-from django_workflows.describe import describe_event, describe_step
+from django_workflows.describe import describe_event, describe_retention, describe_step
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.drawing.time_axis import human_duration
 from django_workflows.drawing.timeline import render_timeline
+from django_workflows.durations import format_duration
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step
 from django_workflows.outline import diagram_for
@@ -128,7 +129,18 @@ class InstancePage:
             "workflow_url": reverse(
                 "admin:django_workflows_instance_workflow", args=[instance.workflow_name]
             ),
+            "retention": self._retention(instance),
         }
+
+    @staticmethod
+    def _retention(instance: Instance) -> str:
+        """The instance's own retention, chosen at create, as people read it; empty if it chose none."""
+        retention = describe_retention(instance)
+        if retention is None:
+            return ""
+        kept = {outcome: "RETENTION_DAYS" if value is None else format_duration(value)
+                for outcome, value in retention.items() if outcome != "purge_at"}
+        return f"complete: {kept['success']}; errored or terminated: {kept['error']}"
 
     @staticmethod
     def _step_row(step: Step, data: dict) -> dict:

@@ -4,9 +4,12 @@ Responses are written here too: a view answers with ``Serializer(value).data``, 
 ``django_workflows.describe`` made, so that the schema drf-spectacular draws from these classes and
 the answers cannot disagree."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from django_workflows.instances import MAX_BATCH
+from django_workflows.durations import milliseconds
+from django_workflows.errors import InvalidParams
+from django_workflows.instances import MAX_BATCH, MAX_RETENTION, parse_retention_duration
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.validation import MAX_INSTANCE_ID, MAX_STEP_NAME
 
@@ -32,11 +35,40 @@ class RejectUnknownFields:
         return super().to_internal_value(data)
 
 
+@extend_schema_field({"oneOf": [{"type": "number", "minimum": 0, "maximum": MAX_RETENTION.days * 86_400_000},
+                               {"type": "string", "example": "3 days"}]})
+class RetentionDurationField(serializers.Field):
+    """How long an instance is kept: milliseconds, or "N unit(s)" ("3 days"), at most 365 days."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float, str)):
+            raise serializers.ValidationError(
+                f"Expected milliseconds or a string such as '3 days', got {type(data).__name__}.",
+                code="invalid")
+        try:
+            parse_retention_duration(self.field_name, data)
+        except InvalidParams as exc:
+            raise serializers.ValidationError(str(exc), code="invalid") from None
+        return data
+
+
+class RetentionInputSerializer(RejectUnknownFields, serializers.Serializer):
+    success = RetentionDurationField(required=False, allow_null=True,
+                                     help_text="How long a complete instance is kept; left out or null: "
+                                               "the RETENTION_DAYS setting.")
+    error = RetentionDurationField(required=False, allow_null=True,
+                                   help_text="How long an errored or terminated instance is kept; left out "
+                                             "or null: the RETENTION_DAYS setting.")
+
+
 class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
     instance_id = StrictCharField(required=False, max_length=MAX_INSTANCE_ID, allow_blank=False,
                                   trim_whitespace=False,  # " a" is an invalid id, not "a"
                                   help_text="Letters, digits, '-' and '_'; a UUID when left out.")
     params = serializers.JSONField(required=False, allow_null=True, help_text="Any JSON, at most 1 MiB.")
+    retention = RetentionInputSerializer(
+        required=False, allow_null=True,
+        help_text="How long the instance is kept once finished, by how it ended, instead of RETENTION_DAYS.")
 
 
 class BatchSerializer(serializers.ListSerializer):
@@ -174,10 +206,32 @@ class DetailPagesSerializer(Described):
     events = PageSerializer(help_text="Ask for another page with ?events_page=.")
 
 
+@extend_schema_field({"type": "number"})
+class MillisecondsField(serializers.Field):
+    """A duration of describe (a ``timedelta``), written in milliseconds as Cloudflare writes one."""
+
+    def to_representation(self, value):
+        return milliseconds(value)
+
+
+class RetentionSerializer(Described):
+    success = MillisecondsField(
+        allow_null=True,
+        help_text="Milliseconds a complete instance is kept; null: the RETENTION_DAYS setting.")
+    error = MillisecondsField(
+        allow_null=True,
+        help_text="Milliseconds an errored or terminated instance is kept; null: the RETENTION_DAYS setting.")
+    purge_at = MomentField(
+        allow_null=True,
+        help_text="When the instance is deleted, once it has ended with a retention of its own.")
+
+
 class InstanceSerializer(InstanceSummarySerializer):
     params = serializers.JSONField(allow_null=True)
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
+    retention = RetentionSerializer(allow_null=True, help_text="The retention chosen at create; null: the "
+                                                               "RETENTION_DAYS setting.")
     steps = StepSerializer(many=True, help_text="One page of the journal, oldest first.")
     events = EventSerializer(many=True, help_text="One page of the inbox, oldest first.")
     pages = DetailPagesSerializer()

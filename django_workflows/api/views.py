@@ -29,7 +29,7 @@ from django_workflows.validation import validate_event_type, validate_instance_i
 from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
-    400: "Invalid input (id, event type, params, JSON).",
+    400: "Invalid input (id, event type, params, retention, JSON).",
     401: "Not authenticated, or a bad webhook signature.",
     403: "Not allowed.",
     404: "Unknown workflow or instance.",
@@ -188,7 +188,8 @@ class InstanceListView(WorkflowAPIView):
         serializer = s.CreateInstanceSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         created = handle.create(id=serializer.validated_data.get("instance_id"),
-                                params=serializer.validated_data.get("params"))
+                                params=serializer.validated_data.get("params"),
+                                retention=serializer.validated_data.get("retention"))
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
                         status=http.HTTP_201_CREATED)
 
@@ -203,7 +204,8 @@ class InstanceBatchView(WorkflowAPIView):
         serializer = s.BatchSerializer(data=self.json_body(request, required=True))
         serializer.is_valid(raise_exception=True)
         created = handle.create_batch([
-            {"id": item.get("instance_id"), "params": item.get("params")} for item in serializer.validated_data
+            {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention")}
+            for item in serializer.validated_data
         ])
         rows = Instance.objects.in_bulk([h.pk for h in created])
         summaries = [instance_summary(rows[h.pk]) for h in created]

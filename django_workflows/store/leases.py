@@ -250,7 +250,7 @@ def holder() -> Holder:
 # -- taking the lease -----------------------------------------------------------------------------
 
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count",
-                    "terminating")
+                    "terminating", "success_retention", "error_retention")
 
 
 @dataclass(frozen=True)
@@ -266,6 +266,9 @@ class Claim:
     created_at: datetime
     crash_count: int
     terminating: bool = False
+    # The instance's own retention, for the purge time written as it ends (None: RETENTION_DAYS).
+    success_retention: timedelta | None = None
+    error_retention: timedelta | None = None
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"

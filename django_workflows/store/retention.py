@@ -1,9 +1,16 @@
-"""Retention: deleting finished instances older than ``RETENTION_DAYS``, with their journal and inbox.
+"""Retention: deleting finished instances, with their journal and inbox, once they have been kept long
+enough: ``RETENTION_DAYS`` after they ended, or as long as their own retention says.
 
-Batched (``RETENTION_BATCH`` instances a transaction), read through the ``dw_instance_ended`` index,
-nothing loaded into Python, and each DELETE re-checks the instance's status and end time, so that an
-instance restarted meanwhile keeps its new journal and inbox. ``workflows_worker`` runs it on a thread
-of its own, off the wake-up loop.
+An instance may choose its own retention at create (``create(retention={"success": ..., "error":
+...})``): ``complete`` keeps it for its success retention, ``errored`` and ``terminated`` for its error
+retention. The moment it is due is written as it ends (``purge_at``), in the statement that ends it,
+from durations the replay's claim has read already: no statement more. An instance without its own
+retention for how it ended has no ``purge_at`` and follows ``RETENTION_DAYS``, read at each sweep.
+
+Batched (``RETENTION_BATCH`` instances a transaction), read through the ``dw_instance_retention``
+index, nothing loaded into Python, and each DELETE re-checks the instance's status and retention, so
+that an instance restarted meanwhile keeps its new journal and inbox. ``workflows_worker`` runs it on a
+thread of its own, off the wake-up loop.
 """
 
 from __future__ import annotations
@@ -13,44 +20,72 @@ import time
 from datetime import datetime, timedelta
 
 from django.db import connections, router, transaction
+from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet, Value
 
 from django_workflows import clock
 from django_workflows.conf import workflow_settings
-from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step
+from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
 
 
-def _finished_before(cutoff: datetime):
-    return Instance.objects.filter(status__in=FINISHED_STATUSES, ended_at__lt=cutoff)
+def own_purge_at(status: str, ended_at: datetime, success_retention: timedelta | None,
+                 error_retention: timedelta | None) -> datetime | None:
+    """When an instance that ended ``status`` at ``ended_at`` is deleted by its own retention: a
+    ``complete`` one its success retention later, an ``errored`` or ``terminated`` one its error
+    retention later; None if it chose none for that outcome (``RETENTION_DAYS`` then applies)."""
+    retention = success_retention if status == InstanceStatus.COMPLETE else error_retention
+    return None if retention is None else ended_at + retention
+
+
+def terminated_purge_at(now: datetime) -> ExpressionWrapper:
+    """``own_purge_at`` for an UPDATE that terminates instances at ``now``, computed by the database
+    from each row's own error retention (NULL where it has none)."""
+    return ExpressionWrapper(Value(now, output_field=DateTimeField()) + F("error_retention"),
+                             output_field=DateTimeField())
+
+
+def _finished():
+    return Instance.objects.filter(status__in=FINISHED_STATUSES)
+
+
+def due_by_own_retention(now: datetime) -> QuerySet:
+    """Finished instances whose own retention ran out before ``now``."""
+    return _finished().filter(purge_at__lt=now)
+
+
+def due_by_setting(cutoff: datetime) -> QuerySet:
+    """Finished instances without a retention of their own that ended before ``cutoff``."""
+    return _finished().filter(purge_at__isnull=True, ended_at__lt=cutoff)
 
 
 def purge_cutoff(now: datetime | None = None) -> datetime | None:
-    """Instances finished before this are deleted by retention; None if retention is off."""
+    """Instances without their own retention that finished before this are deleted by retention; None
+    if ``RETENTION_DAYS`` is off (instances with their own retention are deleted all the same)."""
     days = workflow_settings.RETENTION_DAYS
     if days is None:
         return None
     return (now or clock.now()) - timedelta(days=days)
 
 
-def next_purge_batch(cutoff: datetime) -> list[int]:
-    """The ids of up to ``RETENTION_BATCH`` instances finished before ``cutoff``.
+def next_purge_batch(due: QuerySet) -> list[int]:
+    """The ids of up to ``RETENTION_BATCH`` of the ``due`` instances.
 
-    A plain read of the ``dw_instance_ended`` index that stops after the batch, outside any transaction:
-    it locks nothing, and an instance restarted after it was read is found out by ``delete_finished``.
-    In no particular order: ordering by end time would sort every finished instance of the backlog
-    (three statuses' ranges of the index) for each batch, and every one of them is deleted anyway."""
-    return list(
-        _finished_before(cutoff).order_by().values_list("pk", flat=True)[: workflow_settings.RETENTION_BATCH]
-    )
+    A plain read of the ``dw_instance_retention`` index that stops after the batch, outside any
+    transaction: it locks nothing, and an instance restarted after it was read is found out by
+    ``delete_finished``. In no particular order: ordering by end time would sort every due instance
+    of the backlog (three statuses' ranges of the index) for each batch, and every one of them is
+    deleted anyway."""
+    return list(due.order_by().values_list("pk", flat=True)[: workflow_settings.RETENTION_BATCH])
 
 
-def delete_finished(pks, cutoff: datetime) -> int:
-    """Delete those of the instances ``pks`` that are still finished before ``cutoff``, with their inbox
-    and journal, in one transaction; return how many instances were deleted.
+def delete_finished(pks, due: QuerySet) -> int:
+    """Delete those of the instances ``pks`` that are still ``due``, with their inbox and journal, in
+    one transaction; return how many instances were deleted.
 
-    Each DELETE re-checks the instance's status and end time itself (``... WHERE instance_id IN (SELECT
-    id FROM instance WHERE id IN (...) AND status IN (...) AND ended_at < cutoff)``), so an instance
-    restarted since its id was read keeps its new journal and inbox. Nothing is loaded into Python:
-    the rows are deleted by the database, not collected by Django (its cascade would read every step).
+    Each DELETE re-checks the instance's status and retention itself (``... WHERE instance_id IN
+    (SELECT id FROM instance WHERE id IN (...) AND status IN (...) AND purge_at < now)``, or ``purge_at
+    IS NULL AND ended_at < cutoff``), so an instance restarted since its id was read keeps its new
+    journal and inbox. Nothing is loaded into Python: the rows are deleted by the database, not
+    collected by Django (its cascade would read every step).
     """
     alias = router.db_for_write(Instance)
     with transaction.atomic(using=alias):
@@ -59,32 +94,22 @@ def delete_finished(pks, cutoff: datetime) -> int:
             # restart then waits for this transaction and finds its instance gone, and this never waits
             # for a restart that waits for it (the deletes below would otherwise deadlock with
             # restart()'s own deletes of the journal). SQLite has one writer: the transaction is it.
-            pks = list(_finished_before(cutoff).filter(pk__in=pks).select_for_update(skip_locked=True)
+            pks = list(due.filter(pk__in=pks).select_for_update(skip_locked=True)
                        .values_list("pk", flat=True))
             if not pks:
                 return 0
-        still_finished = _finished_before(cutoff).filter(pk__in=pks)
+        still_due = due.filter(pk__in=pks)
         # The inbox first (a consumed event points at its step), then the journal, then the instances.
-        Event.objects.filter(instance__in=still_finished.values("pk"))._raw_delete(alias)
-        Step.objects.filter(instance__in=still_finished.values("pk"))._raw_delete(alias)
-        return still_finished._raw_delete(alias)
+        Event.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
+        Step.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
+        return still_due._raw_delete(alias)
 
 
-def purge_finished(now: datetime | None = None, *, pause: float = 0.0,
-                   stop: threading.Event | None = None) -> int:
-    """Delete finished instances older than ``RETENTION_DAYS``, with their journal and inbox, in
-    batches of ``RETENTION_BATCH``, one transaction each; return how many. Live instances are never
-    read or locked.
-
-    ``pause`` seconds pass between two batches, so that other writers get the database (SQLite has
-    one writer at a time), and no batch is started once ``stop`` is set."""
-    cutoff = purge_cutoff(now)
-    if cutoff is None:
-        return 0
+def _purge(due: QuerySet, pause: float, stop: threading.Event | None) -> int:
     purged = 0
     while stop is None or not stop.is_set():
-        batch = next_purge_batch(cutoff)
-        deleted = delete_finished(batch, cutoff) if batch else 0
+        batch = next_purge_batch(due)
+        deleted = delete_finished(batch, due) if batch else 0
         purged += deleted
         # A batch of which nothing could be deleted is held by others (another worker's purge, a
         # restart): reading it again at once would only spin until they commit.
@@ -94,4 +119,21 @@ def purge_finished(now: datetime | None = None, *, pause: float = 0.0,
             stop.wait(pause)
         else:
             time.sleep(pause)
+    return purged
+
+
+def purge_finished(now: datetime | None = None, *, pause: float = 0.0,
+                   stop: threading.Event | None = None) -> int:
+    """Delete the finished instances whose retention ran out, with their journal and inbox, in batches
+    of ``RETENTION_BATCH``, one transaction each; return how many. First those whose own retention
+    ran out, then those without one that ended more than ``RETENTION_DAYS`` ago (none if it is None).
+    Live instances are never read or locked.
+
+    ``pause`` seconds pass between two batches, so that other writers get the database (SQLite has
+    one writer at a time), and no batch is started once ``stop`` is set."""
+    now = now or clock.now()
+    cutoff = purge_cutoff(now)
+    purged = _purge(due_by_own_retention(now), pause, stop)
+    if cutoff is not None:
+        purged += _purge(due_by_setting(cutoff), pause, stop)
     return purged

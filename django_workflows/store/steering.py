@@ -14,6 +14,7 @@ from django.db.models import F
 
 from django_workflows.executors import enqueue, get_executor
 from django_workflows.models import Event, Instance, InstanceStatus, Step
+from django_workflows.store import retention
 from django_workflows.transitions import PAUSE, TERMINATE
 
 
@@ -91,6 +92,7 @@ def terminate(pk: int, now: datetime) -> bool:
     return bool(_rows(pk).filter(status__in=TERMINATE.applies_to).update(
         status=InstanceStatus.TERMINATED, terminating=False, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
         wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now, updated_at=now,
+        purge_at=retention.terminated_purge_at(now),
     ))
 
 
@@ -126,7 +128,7 @@ def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
         updated = _rows(pk).update(
             status=InstanceStatus.QUEUED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
             wake_at=None, waiting_for=None, waiting_reason=None, current_step="", output=None, error=None,
-            traceback="", ended_at=None, updated_at=now, terminating=False, **kept_start,
+            traceback="", ended_at=None, purge_at=None, updated_at=now, terminating=False, **kept_start,
         )
         if not updated:
             return False

@@ -250,23 +250,29 @@ def test_the_wake_up_queries_walk_the_wake_index_without_sorting(workflows_env):
 
 
 @pytest.mark.django_db(transaction=False)
-def test_the_retention_query_finds_its_batch_through_the_end_time_index(workflows_env):
+@pytest.mark.parametrize("due", ["own-retention", "setting"])
+def test_the_retention_reads_find_their_batch_through_the_retention_index(workflows_env, due):
     from django.db import transaction
 
-    from django_workflows.models import FINISHED_STATUSES
+    from django_workflows.store.retention import due_by_own_retention, due_by_setting
 
-    # The purge reads a batch of instances finished before the cutoff for every batch: without an
-    # index on the end time it would read every finished instance (or every instance) each time.
-    query = (Instance.objects.filter(status__in=FINISHED_STATUSES, ended_at__lt=workflows_env.now)
-             .order_by().values_list("pk", flat=True)[:500])
+    # The purge reads a batch of due instances for every batch: without an index that holds the
+    # purge time and the end time it would read every finished instance (or every instance) each time,
+    # and the read by the setting would walk again and again past the instances kept longer by their own.
+    now = workflows_env.now
+    rows = due_by_own_retention(now) if due == "own-retention" else due_by_setting(now)
+    query = rows.order_by().values_list("pk", flat=True)[:500]
     sql, params = query.query.sql_with_params()
     with transaction.atomic():
         plan = _plan(sql, params)
-    assert "dw_instance_ended" in plan, plan
+    assert "dw_instance_retention" in plan, plan
     if connection.vendor == "postgresql":
-        assert "Index Cond" in plan and "ended_at <" in plan.split("Index Cond")[1], plan
+        condition = plan.split("Index Cond")[1]
+        expected = ["purge_at <"] if due == "own-retention" else ["purge_at IS NULL", "ended_at <"]
+        assert all(part in condition for part in expected), plan
     else:
-        assert "ended_at<?" in plan, plan
+        expected = "purge_at<?" if due == "own-retention" else "purge_at=? AND ended_at<?"
+        assert expected in plan, plan
 
 
 def _finished_long_ago(workflows_env, count: int) -> list:
@@ -305,12 +311,13 @@ def test_retention_deletes_in_batches_with_a_bounded_number_of_statements_and_re
     # Django's cascade reads every step row of a batch (to null the events that consumed them): no
     # statement may read the journal into Python.
     assert not [sql for sql in statements if sql.startswith("SELECT") and f"FROM {step_table}" in sql]
-    # Three batches (2, 2, 1): each is read once (and, on PostgreSQL, its instances locked once), then
-    # three DELETEs, each re-checking the instances' status and end time itself.
+    # One read for instances whose own retention ran out (none here), then three batches (2, 2, 1) by
+    # the setting: each is read once (and, on PostgreSQL, its instances locked once), then three
+    # DELETEs, each re-checking the instances' status and end time itself.
     deletes = [sql for sql in statements if sql.startswith("DELETE")]
     selects = [sql for sql in statements if sql.startswith("SELECT")]
     assert len(deletes) == 3 * 3
-    assert len(selects) == 3 * (2 if connection.vendor == "postgresql" else 1)
+    assert len(selects) == 1 + 3 * (2 if connection.vendor == "postgresql" else 1)
     assert len(statements) == len(deletes) + len(selects)
     assert all('"status" IN' in sql and '"ended_at" <' in sql for sql in deletes), deletes
     assert not Instance.objects.filter(pk__in=pks).exists()

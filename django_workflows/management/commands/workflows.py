@@ -37,6 +37,12 @@ class Command(BaseCommand):
                              help="The instance's params, as JSON (default: null).")
         trigger.add_argument("--id", dest="instance_id", metavar="ID", default=None,
                              help="The instance id (default: a new UUID); an existing id is an error.")
+        for outcome, ended in (("success", "complete"), ("error", "errored or terminated")):
+            trigger.add_argument(f"--retention-{outcome}", metavar="DURATION", type=cli.duration_argument,
+                                 default=None,
+                                 help=f"How long the instance is kept once {ended}: milliseconds or "
+                                      "'N unit(s)' ('3 days'), at most 365 days (default: the RETENTION_DAYS "
+                                      "setting).")
 
         verify = commands.add_parser(
             "verify", parents=[output],
@@ -109,7 +115,10 @@ class Command(BaseCommand):
         self.show(description, cli.format_workflow(description))
 
     def trigger(self, options):
-        handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"])
+        retention = {outcome: options[f"retention_{outcome}"] for outcome in ("success", "error")
+                     if options[f"retention_{outcome}"] is not None}
+        handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"],
+                                                       retention=retention or None)
         self.show(describe_instance(cli.instance_row(handle)), handle.id)
 
     def verify(self, options):

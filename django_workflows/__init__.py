@@ -7,6 +7,7 @@ registry (``workflows``, ``WorkflowStep``) are resolved lazily on first access.
 from django_workflows.definition import StepContext, WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
 from django_workflows.error_journal import StepFailed
 from django_workflows.errors import (
+    CpuTimeLimitExceeded,
     DuplicateDelivery,
     EventPermissionRequired,
     EventRefused,
@@ -46,6 +47,7 @@ from django_workflows.errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CpuTimeLimitExceeded",
     "DuplicateDelivery",
     "EventPermissionRequired",
     "EventRefused",

@@ -11,7 +11,7 @@ from django_workflows import declared_events
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEntrypoint, is_async_generator, registry
 from django_workflows.errors import WorkflowConfigError
-from django_workflows.policy import validate_config
+from django_workflows.policy import cpu_time_limit, validate_config
 from django_workflows.validation import is_event_type, is_workflow_name
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS", "LEASE_SECONDS",
@@ -111,7 +111,19 @@ def check_settings(app_configs=None, **kwargs):
             hint=f"The default is {DEFAULTS['STEP_LIMIT']}.",
             id="django_workflows.E005",
         ))
+    try:
+        cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
+    except WorkflowConfigError as exc:
+        messages.append(_cpu_time_limit_error(exc, f"the default is {DEFAULTS['CPU_TIME_LIMIT']!r}"))
     return messages
+
+
+def _cpu_time_limit_error(exc: WorkflowConfigError, hint: str) -> Error:
+    return Error(
+        f"{exc}. A replay that uses more CPU time than this errors its instance.",
+        hint=f"Give milliseconds (30000) or a duration ('30 seconds'), at most '5 minutes'; {hint}.",
+        id="django_workflows.E019",
+    )
 
 
 @register(Tags.compatibility)
@@ -139,6 +151,11 @@ def check_workflows(app_configs=None, **kwargs):
                 hint="Lower it, or split the work across several instances.",
                 id="django_workflows.E018",
             ))
+        if getattr(cls, "cpu_time_limit", None) is not None:
+            try:
+                cpu_time_limit(cls.cpu_time_limit, f"{where}.cpu_time_limit")
+            except WorkflowConfigError as exc:
+                messages.append(_cpu_time_limit_error(exc, "leave it out for the CPU_TIME_LIMIT setting"))
         if not isinstance(cls.name, str) or not is_workflow_name(cls.name):
             messages.append(Error(
                 f"{where}.name must be 1 to 64 letters, digits, '_' or '-', not starting with '-' (it is part "

@@ -14,8 +14,10 @@ from datetime import UTC, datetime, timedelta
 from django_workflows import audit, workflows
 from django_workflows.conf import workflow_settings
 from django_workflows.durations import format_duration, milliseconds
+from django_workflows.drawing.time_axis import human_milliseconds
 from django_workflows.errors import InstanceNotFound
 from django_workflows.models import Instance
+from django_workflows.policy import cpu_time_limit
 from django_workflows.validation import validate_instance_id
 
 LATEST = "latest"
@@ -193,11 +195,19 @@ def format_workflow(description: dict) -> str:
     limit = description["step_limit"]
     if limit is None:
         limit = f"{workflow_settings.STEP_LIMIT} (the STEP_LIMIT setting)"
+    cpu_limit = description["cpu_time_limit_ms"]
+    if cpu_limit is None:
+        setting = cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
+        cpu_limit = (f"{human_milliseconds(setting.total_seconds() * 1000)} per replay "
+                     "(the CPU_TIME_LIMIT setting)")
+    else:
+        cpu_limit = f"{human_milliseconds(cpu_limit)} per replay"
     head = fields([
         ("Workflow", description["name"]),
         ("Class", description["class_name"]),
         ("Description", description["description"] or EMPTY),
         ("Step limit", limit),
+        ("CPU time limit", cpu_limit),
         ("Instances", sum(description["instances"].values())),
     ])
     return head + "\n\n" + table(["STATUS", "INSTANCES"], list(map(list, description["instances"].items())))
@@ -219,6 +229,12 @@ def _attempt_count(step: dict) -> str:
     return str(len(step["attempts"])) if "attempts" in step else EMPTY
 
 
+def _measured(step: dict, key: str) -> str:
+    # A step.do's CPU or wall time over its attempts; a sleep or a wait runs no code.
+    value = step.get(key)
+    return EMPTY if value is None else human_milliseconds(value)
+
+
 def format_instance(description: dict) -> str:
     d = description
     pairs = [
@@ -236,6 +252,8 @@ def format_instance(description: dict) -> str:
     if d["waiting_reason"]:
         pairs.append(("Waiting because", d["waiting_reason"]))
     pairs += [
+        ("CPU time", f"{human_milliseconds(d['cpu_ms'])} (run() and its step bodies, over every replay)"),
+        ("Step time", f"{human_milliseconds(d['step_wall_ms'])} (its step attempts, end to end)"),
         ("Params", compact_json(d["params"])),
         ("Output", compact_json(d["output"])),
         ("Error", error_text(d["error"])),
@@ -246,9 +264,11 @@ def format_instance(description: dict) -> str:
             pairs.append(("Deleted after", when(d["retention"]["purge_at"])))
     parts = [fields(pairs)]
     if d["steps"]:
-        rows = [[s["key"], s["type"], s["status"], _attempt_count(s), when(s["start"]), when(s["end"]),
-                 clip(error_text(s["error"]))] for s in d["steps"]]
-        parts.append(table(["STEP", "TYPE", "STATUS", "ATTEMPTS", "START", "END", "LAST ERROR"], rows))
+        rows = [[s["key"], s["type"], s["status"], _attempt_count(s), _measured(s, "cpu_ms"),
+                 _measured(s, "wall_ms"), when(s["start"]), when(s["end"]), clip(error_text(s["error"]))]
+                for s in d["steps"]]
+        headers = ["STEP", "TYPE", "STATUS", "ATTEMPTS", "CPU", "TOOK", "START", "END", "LAST ERROR"]
+        parts.append(table(headers, rows))
     else:
         parts.append("No steps journaled yet.")
     if d["events"]:

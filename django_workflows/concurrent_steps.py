@@ -82,7 +82,7 @@ class ConcurrentSteps:
             raise paused[0] if paused else min(suspensions, key=lambda suspension: suspension.wake_at)
         return results
 
-    def _first_attempts(self, steps) -> list[tuple]:
+    def _first_attempts(self, steps) -> list:
         """Run each step's next attempt at once, each in a thread of its own; their outcomes in order."""
         self.writer.check_lease()
         # A step called from inside one of these bodies errors the instance, as from any step's body.
@@ -90,9 +90,14 @@ class ConcurrentSteps:
         try:
             with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="django-workflows-step") as pool:
                 futures = [pool.submit(self._attempt_in_thread, step) for step in steps]
-                return [future.result() for future in futures]
+                outcomes = [future.result() for future in futures]
         finally:
             self.running_step = None
+        # Counted here, in the replay's thread, once all have ended: their CPU time was used in other
+        # threads, and counts toward the replay's all the same.
+        for outcome in outcomes:
+            self.count_cost(outcome)
+        return outcomes
 
     def _attempt_in_thread(self, step) -> tuple:
         try:

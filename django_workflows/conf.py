@@ -9,6 +9,7 @@ Nothing is read at import time; the cache is dropped whenever Django's
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +31,10 @@ DEFAULTS: dict[str, Any] = {
     # Steps (do and wait_for_event; sleeps do not count) per instance, unless
     # the workflow class sets ``step_limit`` (at most HARD_STEP_LIMIT).
     "STEP_LIMIT": 10_000,
+    # CPU time one replay of an instance may use (its thread, and the step bodies it ran in others),
+    # unless the workflow class sets ``cpu_time_limit`` (at most MAX_CPU_TIME_LIMIT). A duration as
+    # durations.parse_duration reads it: milliseconds, or "N unit(s)". Waiting does not count.
+    "CPU_TIME_LIMIT": "30 seconds",
     # Bytes of a step result, once encoded as JSON.
     "MAX_STEP_RESULT_SIZE": MIB,
     # Bytes of an event payload, once encoded as JSON.
@@ -82,6 +87,9 @@ DEFAULTS: dict[str, Any] = {
 
 # The most a workflow class may raise its own step limit to.
 HARD_STEP_LIMIT = 25_000
+
+# The most CPU time a replay may be allowed, by the setting or a workflow class (Cloudflare's 5 minutes).
+MAX_CPU_TIME_LIMIT = timedelta(minutes=5)
 
 IMPORT_STRINGS = {"EXECUTOR"}
 

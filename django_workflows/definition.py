@@ -11,7 +11,7 @@ import inspect
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from django_workflows.errors import WorkflowNotFound
@@ -61,6 +61,8 @@ class WorkflowEntrypoint:
 
     ``name`` defaults to the class name in kebab-case. ``step_limit`` raises or
     lowers the number of steps one instance may take (sleeps do not count).
+    ``cpu_time_limit`` raises or lowers the CPU time one replay may use
+    (milliseconds, or a duration such as "2 minutes"; at most 5 minutes).
     ``approvals`` names the event types a person sends by approving or rejecting
     in the admin (``approvals = {"manager-approval"}``); its *Waiting for
     approval* page lists only waits for them, not webhooks or other events.
@@ -72,6 +74,7 @@ class WorkflowEntrypoint:
 
     name: ClassVar[str]
     step_limit: ClassVar[int | None] = None
+    cpu_time_limit: ClassVar[int | float | str | timedelta | None] = None
     approvals: ClassVar[Collection[str]] = frozenset()
     events: ClassVar[dict[str, dict[str, Any]] | None] = None
     abstract: ClassVar[bool] = True

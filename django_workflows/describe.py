@@ -9,13 +9,15 @@ CLI's tables and the admin's timeline as people read them.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count
 
 from django_workflows import declared_events
 from django_workflows.definition import registry
+from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
+from django_workflows.policy import cpu_time_limit_of
 
 
 def status_counts(workflow_name: str | None = None) -> dict[str, dict[str, int]]:
@@ -39,9 +41,21 @@ def describe_workflow(name: str) -> dict:
         "class_name": f"{cls.__module__}.{cls.__qualname__}",
         "description": (cls.__doc__ or "").strip(),
         "step_limit": cls.step_limit,
+        "cpu_time_limit_ms": _own_cpu_time_limit(cls),
         "instances": status_counts(name)[name],
         "events": _declared_events(name),
     }
+
+
+def _own_cpu_time_limit(cls) -> float | None:
+    """The class's own ``cpu_time_limit`` in milliseconds; None when it sets none, or one that check
+    E019 refuses (describing the workflows must not fail for one of them)."""
+    if cls.cpu_time_limit is None:
+        return None
+    try:
+        return cpu_time_limit_of(cls) / timedelta(milliseconds=1)
+    except WorkflowConfigError:
+        return None
 
 
 def _declared_events(name: str) -> list[dict] | None:
@@ -87,6 +101,9 @@ def describe_step(step: Step) -> dict:
     }
     if step.kind == StepKind.DO:
         data["attempts"] = [_attempt(attempt) for attempt in step.attempts]
+        # The sum over its attempts; None for a step journaled before attempts were measured.
+        data["cpu_ms"] = _total(step.attempts, "cpu_ms")
+        data["wall_ms"] = _total(step.attempts, "wall_ms")
     if step.kind in (StepKind.SLEEP, StepKind.WAIT):
         data["until" if step.kind == StepKind.SLEEP else "deadline"] = step.wake_at
     if step.kind == StepKind.DO and step.status == "retrying":
@@ -95,6 +112,11 @@ def describe_step(step: Step) -> dict:
 
 
 _ATTEMPT_TIMES = ("start", "end")
+
+
+def _total(attempts: list[dict], key: str) -> float | None:
+    measured = [attempt[key] for attempt in attempts if isinstance(attempt.get(key), (int, float))]
+    return round(sum(measured), 3) if measured else None
 
 
 def _attempt(stored: dict) -> dict:
@@ -146,6 +168,9 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
         "output": instance.output,
         "error": instance.error,
         "retention": describe_retention(instance),
+        # What its replays have cost so far (each adds its own as it ends), over the instance's life.
+        "cpu_ms": round(instance.cpu_ms, 3),
+        "step_wall_ms": round(instance.step_wall_ms, 3),
         "steps": [describe_step(step) for step in steps],
         "events": [describe_event(event, keys.get(event.consumed_by_id)) for event in events],
         "pages": {

@@ -94,6 +94,10 @@ class StepLimitExceeded(WorkflowError):
     """The instance reached its workflow's step limit."""
 
 
+class CpuTimeLimitExceeded(WorkflowError):
+    """A replay of the instance used more CPU time than its workflow's ``cpu_time_limit``."""
+
+
 class WorkflowNotFound(WorkflowError, LookupError):
     """No workflow with that name is registered."""
 

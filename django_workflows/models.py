@@ -123,6 +123,18 @@ class Instance(models.Model):
     crash_count = models.PositiveIntegerField(
         default=0, help_text="Replays in a row whose lease expired before they finished (a dead worker)."
     )
+    # What the instance has cost, over its life (restarts included), added by each replay as it ends.
+    # db_default as well, as for terminating: a previous release's worker inserts instances without them.
+    cpu_ms = models.FloatField(
+        default=0.0, db_default=0.0,
+        help_text="Milliseconds of CPU time its replays used: run() and the step bodies, in every thread "
+                  "the engine ran them in; waiting does not count.",
+    )
+    step_wall_ms = models.FloatField(
+        default=0.0, db_default=0.0,
+        help_text="Milliseconds its step attempts took, end to end (waits on I/O included; sleeps and "
+                  "waits for events not).",
+    )
 
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -241,7 +253,9 @@ class Step(models.Model):
     name = models.CharField(max_length=256)
     kind = models.CharField(max_length=16, choices=StepKind.choices)
     status = models.CharField(max_length=16, choices=StepStatus.choices)
-    attempts = models.JSONField(default=list, blank=True, help_text="[{start, end, success, error}]")
+    attempts = models.JSONField(
+        default=list, blank=True, help_text="[{attempt, start, end, success, cpu_ms, wall_ms, error}]"
+    )
     config = models.JSONField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)

@@ -11,6 +11,7 @@ records why and until when, releases the lease, and the worker is free.
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -23,6 +24,7 @@ from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminati
 from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.error_journal import USER_FAILURES, describe_error
 from django_workflows.errors import (
+    CpuTimeLimitExceeded,
     InstanceTerminated,
     InvalidStepInput,
     NonDeterminismError,
@@ -35,11 +37,19 @@ from django_workflows.errors import (
 )
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus, StepStatus
+from django_workflows.policy import cpu_time_limit_of
 from django_workflows.serialization import NotJournalable, encode, storable_text
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.step import JournaledSteps, WorkflowStep
 from django_workflows.store import leases, retention
-from django_workflows.store.journal import WAITING_UNLESS_PAUSE_ASKED, Entry, JournalWriter, encoded, load
+from django_workflows.store.journal import (
+    WAITING_UNLESS_PAUSE_ASKED,
+    Costs,
+    Entry,
+    JournalWriter,
+    encoded,
+    load,
+)
 from django_workflows.validation import validate_step_name
 
 # After a StoreError: when the wake-up loop replays the instance again, and the pauses between the
@@ -79,6 +89,14 @@ def replay(instance_pk: int) -> bool:
 
 class Replay(JournaledSteps):
     def __init__(self, instance: leases.Claim):
+        # The replay's CPU time: this thread's from here on, and that of the step bodies that ran in
+        # other threads (step.all). Waiting (I/O, sleeps, locks) is in neither.
+        self.thread = threading.get_ident()
+        self.cpu_started = time.thread_time()
+        self.cpu_elsewhere = 0.0
+        # Seconds the step attempts of this replay took, end to end.
+        self.step_wall = 0.0
+        self.cpu_time_limit: float | None = None
         self.instance = instance
         self.pk = instance.pk
         self.writer = JournalWriter(instance.pk, instance.epoch)
@@ -136,7 +154,7 @@ class Replay(JournaledSteps):
             connection.close()
             try:
                 now = clock.now()
-                released = self.writer.abandon(now, now + ABANDONED_REPLAY_DELAY)
+                released = self.writer.abandon(now, now + ABANDONED_REPLAY_DELAY, self.costs())
             except DatabaseError:
                 continue
             return "abandoned" if released else "fenced"
@@ -160,6 +178,10 @@ class Replay(JournaledSteps):
         self.declared_events = declared_events.rules_for(workflow_class)
         if workflow_class.step_limit is not None:
             self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
+        try:
+            self.cpu_time_limit = cpu_time_limit_of(workflow_class).total_seconds()
+        except WorkflowError as exc:  # a value manage.py check reports (E019)
+            return self.errored(exc, "")
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
             return self.suspend(Suspend(pause=True))
         # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
@@ -214,7 +236,46 @@ class Replay(JournaledSteps):
             fields["purge_at"] = retention.own_purge_at(fields["status"], fields["ended_at"],
                                                         self.instance.success_retention,
                                                         self.instance.error_retention)
-        return self.writer.release(clock.now(), **fields)
+        return self.writer.release(clock.now(), costs=self.costs(), **fields)
+
+    # What the replay costs.
+
+    def cpu_used(self) -> float:
+        """Seconds of CPU time this replay has used so far, in every thread it ran a step body in."""
+        return time.thread_time() - self.cpu_started + self.cpu_elsewhere
+
+    def costs(self) -> Costs:
+        """What the replay adds to the instance's totals as it ends."""
+        return Costs(cpu_ms=self.cpu_used() * 1000, step_wall_ms=self.step_wall * 1000)
+
+    def count_cost(self, attempt) -> None:
+        """Count a step attempt's cost; called in this replay's thread, whichever thread ran the body.
+        A body that ran here is in this thread's CPU time already."""
+        self.step_wall += attempt.wall
+        if attempt.thread != self.thread:
+            self.cpu_elsewhere += attempt.cpu
+
+    def cpu_time_exceeded(self, step: str) -> CpuTimeLimitExceeded | None:
+        """The error that stops the replay before ``step`` if it used more CPU time than its limit."""
+        if self.cpu_time_limit is None:
+            return None
+        used = self.cpu_used()
+        if used <= self.cpu_time_limit:
+            return None
+        limit = self.cpu_time_limit
+        return CpuTimeLimitExceeded(
+            f"Instance {self.instance} used {_seconds_over(used, limit)} s of CPU in one replay, over its "
+            f"cpu_time_limit of {limit:g} s; it was stopped at step {step!r}. Waiting on I/O, sleeps and "
+            "waits for events do not count. Raise cpu_time_limit on the workflow class (at most 5 "
+            "minutes), or spread the work over replays (each step.sleep or wait for an event starts a "
+            "new one).",
+            step=step, limit_ms=round(limit * 1000, 3), used_ms=round(used * 1000, 3),
+        )
+
+    def check_cpu_time(self, step: str) -> None:
+        exceeded = self.cpu_time_exceeded(step)
+        if exceeded is not None:
+            self.fail_fatally(exceeded)
 
     def complete(self, output) -> str:
         try:
@@ -311,7 +372,7 @@ class Replay(JournaledSteps):
                 raise Fenced()
             return InstanceStatus.WAITING
         self.released = time.time()
-        status = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for,
+        status = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for, self.costs(),
                                                         wake_at=suspension.wake_at, current_step=suspension.step_key)
         if status is None:
             raise Fenced()
@@ -341,8 +402,11 @@ class Replay(JournaledSteps):
                 step=self.running_step,
             ))
         count = self.occurrences.get(name, 0) + 1
+        key = f"{name}-{count}"
+        # Every step call is a step boundary: past its CPU time limit, the replay stops here.
+        self.check_cpu_time(key)
         self.occurrences[name] = count
-        return f"{name}-{count}"
+        return key
 
     def fail_fatally(self, exc: WorkflowError):
         # Remembered, so the instance is errored even if run() catches it.
@@ -404,3 +468,12 @@ class Replay(JournaledSteps):
     def after_write(self, status: str, key: str) -> None:
         if status == InstanceStatus.WAITING_FOR_PAUSE:
             raise Suspend(pause=True, step_key=key)
+
+
+def _seconds_over(used: float, limit: float) -> str:
+    """``used`` seconds to a tenth, or to as many decimals as it takes to read as more than ``limit``
+    (0.25 s over a limit of 0.2 s, not "0.2 s")."""
+    for digits in (1, 2):
+        if round(used, digits) > limit:
+            return f"{used:.{digits}f}"
+    return f"{used:.3f}"

@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django_workflows import clock, concurrent_steps, rollbacks, waits
 from django_workflows.conf import workflow_settings
@@ -125,6 +128,48 @@ class PendingDo:
     undo_config: dict | None
 
 
+class Attempt(NamedTuple):
+    """What one attempt of a step's body came to, and what it cost."""
+
+    started: datetime
+    ended: datetime
+    text: str | None
+    """The result as journal JSON (None when it failed)."""
+    value: object
+    failure: BaseException | None
+    cpu: float
+    """Seconds of CPU time the body used, in the thread that ran it."""
+    wall: float
+    """Seconds the body took, end to end."""
+    thread: int | None
+    """The thread that ran the body (``threading.get_ident()``)."""
+
+    def journaled(self, number: int) -> dict:
+        """The attempt as ``Step.attempts`` keeps it (an error is added by the caller)."""
+        return {"attempt": number, "start": _iso(self.started), "end": _iso(self.ended),
+                "success": self.failure is None, "cpu_ms": _ms(self.cpu), "wall_ms": _ms(self.wall)}
+
+
+class _Meter:
+    """Measures a step's body in the thread that runs it: CPU time with ``time.thread_time()``, which
+    counts this thread's CPU only, so waiting on I/O, sleeping or a lock is not counted, nor other
+    threads' work."""
+
+    __slots__ = ("cpu", "wall", "thread")
+
+    def __init__(self):
+        self.cpu = self.wall = 0.0
+        self.thread: int | None = None
+
+    def run(self, body):
+        self.thread = threading.get_ident()
+        cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            return _to_the_end(body)
+        finally:
+            self.cpu, self.wall = time.thread_time() - cpu, time.perf_counter() - wall
+
+
 class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.ConcurrentSteps):
     """The replay's side of each step call: answered from the journal, or run and journaled.
 
@@ -176,18 +221,19 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
             raise Suspend(step_key=key, wake_at=entry.wake_at)
         return False, PendingDo(name, key, entry, fn, config, policy, undo, undo_config)
 
-    def attempt(self, pending: PendingDo, number: int, journal=None) -> tuple:
-        """Run attempt ``number`` of a pending step's body under its timeout: ``(started, ended, text,
-        value, failure)``. Nothing else runs between arming the timeout and disarming it, and an
-        interrupted attempt's connections are discarded before it returns: the journal writes after it
-        never meet a connection the interruption left mid-transaction."""
+    def attempt(self, pending: PendingDo, number: int, journal=None) -> Attempt:
+        """Run attempt ``number`` of a pending step's body under its timeout. Nothing else runs between
+        arming the timeout and disarming it, and an interrupted attempt's connections are discarded
+        before it returns: the journal writes after it never meet a connection the interruption left
+        mid-transaction. The body's CPU and wall time are measured in whichever thread runs it."""
         started = clock.now()
         text = value = failure = None
         body = pending.fn
         if wants_context(body):
             body = functools.partial(body, ctx=self._context(pending.name, pending.key, number, pending.policy))
+        meter = _Meter()
         try:
-            returned = call_with_timeout(functools.partial(_to_the_end, body),
+            returned = call_with_timeout(functools.partial(meter.run, body),
                                          pending.policy.timeout.total_seconds(), journal)
             text, value = encode(returned, self.result_limit)
         except AttemptTimedOut:
@@ -199,9 +245,9 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
             failure = StepResultError(f"Step {pending.name!r} returned a value that {exc}", step=pending.key)
         except USER_FAILURES as exc:
             failure = exc
-        return started, clock.now(), text, value, failure
+        return Attempt(started, clock.now(), text, value, failure, meter.cpu, meter.wall, meter.thread)
 
-    def run_do(self, pending: PendingDo, first: tuple | None = None) -> object:
+    def run_do(self, pending: PendingDo, first: Attempt | None = None) -> object:
         """Run the pending step's attempts and journal them; ``first`` is an attempt already run (by
         ``step.all``), journaled as this replay's first."""
         name, key, entry, policy = pending.name, pending.key, pending.entry, pending.policy
@@ -213,14 +259,17 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
             if first is None:
                 self.running_step = key
                 try:
-                    started, ended, text, value, failure = self.attempt(pending, number, self.writer.connection)
+                    outcome = self.attempt(pending, number, self.writer.connection)
                 finally:
                     self.running_step = None
+                self.count_cost(outcome)
             else:
-                (started, ended, text, value, failure), first = first, None
+                outcome, first = first, None
             if self.fatal is not None:
                 raise self.fatal
-            attempt = {"attempt": number, "start": _iso(started), "end": _iso(ended), "success": failure is None}
+            started, ended, text, value, failure = (outcome.started, outcome.ended, outcome.text, outcome.value,
+                                                    outcome.failure)
+            attempt = outcome.journaled(number)
             if failure is None:
                 attempts.append(attempt)
                 if entry is None:
@@ -246,7 +295,14 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
             if retryable and number < policy.max_attempts:
                 delay = policy.delay_after(number)
                 if delay <= _ZERO:
-                    continue
+                    # The next attempt would begin at once: a step boundary, where the CPU time limit
+                    # applies. Past it, the attempts that ran are journaled before the replay stops.
+                    exceeded = self.cpu_time_exceeded(key)
+                    if exceeded is None:
+                        continue
+                    self._write_attempts(entry, key, name, policy, attempts, started,
+                                         status=StepStatus.RETRYING, error=error, wake_at=ended)
+                    self.fail_fatally(exceeded)
                 wake_at = ended + delay
                 self._write_attempts(entry, key, name, policy, attempts, started,
                                      status=StepStatus.RETRYING, error=error, wake_at=wake_at)
@@ -282,3 +338,8 @@ def _to_the_end(body):
 
 def _iso(moment: datetime) -> str:
     return moment.isoformat()
+
+
+def _ms(seconds: float) -> float:
+    # To the microsecond: most steps take well under a millisecond of CPU.
+    return round(seconds * 1000, 3)

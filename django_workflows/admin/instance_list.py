@@ -15,6 +15,7 @@ from django_workflows.admin.base import refuse_nul
 from django_workflows.approvals import awaiting_approval
 from django_workflows.definition import registry
 from django_workflows.describe import status_counts
+from django_workflows.drawing.time_axis import human_milliseconds
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.templatetags.workflows_admin import status_badge_html
 
@@ -56,6 +57,7 @@ class InstanceList:
         "status_badge",
         "current_step",
         "wake_time",
+        "cpu_time",
         "created",
         "updated",
     )
@@ -80,6 +82,15 @@ class InstanceList:
     @admin.display(description="wake time", ordering="wake_at")
     def wake_time(self, instance):
         return _moment(instance.wake_at)
+
+    # Sorting by it reads the whole table (no index: every replay's release writes the column, and an
+    # index would cost each of them more than an occasional sort in the admin).
+    @admin.display(description="CPU", ordering="cpu_ms")
+    def cpu_time(self, instance):
+        return format_html(
+            '<span class="dw-cpu" title="CPU time its replays used: run() and its step bodies">{}</span>',
+            human_milliseconds(instance.cpu_ms),
+        )
 
     @admin.display(description="created", ordering="created_at")
     def created(self, instance):

@@ -13,14 +13,16 @@ from django_workflows import clock
 from django_workflows.admin.forms import SendEventForm
 from django_workflows.admin.steering import steering_buttons
 from django_workflows.approvals import approval_awaited, decision_refused
+from django_workflows.definition import registry
 from django_workflows.describe import describe_event, describe_retention, describe_step
 from django_workflows.drawing.diagram import render_diagram
-from django_workflows.drawing.time_axis import human_duration
+from django_workflows.drawing.time_axis import human_duration, human_milliseconds
 from django_workflows.drawing.timeline import render_timeline
 from django_workflows.durations import format_duration
-from django_workflows.errors import WorkflowNotFound
+from django_workflows.errors import WorkflowError, WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step
 from django_workflows.outline import diagram_for
+from django_workflows.policy import cpu_time_limit_of
 from django_workflows.templatetags.workflows_admin import status_badge_html
 
 STEPS_PER_PAGE = 50
@@ -89,6 +91,12 @@ class InstancePage:
             if not diagram.error:
                 diagram_svg = render_diagram(diagram, progress, current_name)
 
+        try:
+            limit = cpu_time_limit_of(registry.get(instance.workflow_name))
+            cpu_time_limit = human_milliseconds(limit.total_seconds() * 1000)
+        except WorkflowError:  # a workflow this process does not know, or a limit check E019 reports
+            cpu_time_limit = None
+
         awaiting = approval_awaited(instance)
         waiting_since = Step.objects.began_at(instance, instance.current_step) if awaiting else None
         return {
@@ -98,6 +106,9 @@ class InstancePage:
             "status_badge": status_badge_html(instance.status),
             "active": active,
             "now": now,
+            "cpu_time": human_milliseconds(instance.cpu_ms),
+            "cpu_time_limit": cpu_time_limit,
+            "step_time": human_milliseconds(instance.step_wall_ms),
             "steps_page": page,
             # A list: the template shows the page links above and below the journal.
             "steps_page_range": list(
@@ -153,6 +164,7 @@ class InstancePage:
             "attempts": len(step.attempts or []),
             "failed_attempts": sum(1 for attempt in step.attempts or [] if not attempt.get("success")),
             "next_attempt": data.get("next_attempt"),
+            "cpu": human_milliseconds(data["cpu_ms"]) if data.get("cpu_ms") is not None else "",
         }
 
     def send_event_view(self, request, object_id):

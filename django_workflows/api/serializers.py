@@ -143,6 +143,10 @@ class AttemptSerializer(Described):
     start = MomentField()
     end = MomentField()
     success = serializers.BooleanField()
+    cpu_ms = serializers.FloatField(
+        required=False, help_text="CPU time its body used, in milliseconds (absent from attempts journaled "
+                                  "before it was measured).")
+    wall_ms = serializers.FloatField(required=False, help_text="How long its body took, in milliseconds.")
     error = serializers.DictField(required=False)
 
 
@@ -158,6 +162,10 @@ class StepSerializer(Described):
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     attempts = AttemptSerializer(many=True, required=False)
+    cpu_ms = serializers.FloatField(required=False, allow_null=True,
+                                    help_text="A step.do's CPU time over its attempts, in milliseconds.")
+    wall_ms = serializers.FloatField(required=False, allow_null=True,
+                                     help_text="A step.do's time over its attempts, in milliseconds.")
     until = MomentField(required=False, allow_null=True)
     deadline = MomentField(required=False, allow_null=True)
     next_attempt = MomentField(required=False, allow_null=True)
@@ -232,6 +240,10 @@ class InstanceSerializer(InstanceSummarySerializer):
     error = serializers.JSONField(allow_null=True)
     retention = RetentionSerializer(allow_null=True, help_text="The retention chosen at create; null: the "
                                                                "RETENTION_DAYS setting.")
+    cpu_ms = serializers.FloatField(
+        help_text="Milliseconds of CPU time its replays used (run() and the step bodies; waiting does not "
+                  "count), over its life, added by each replay as it ends.")
+    step_wall_ms = serializers.FloatField(help_text="Milliseconds its step attempts took, end to end.")
     steps = StepSerializer(many=True, help_text="One page of the journal, oldest first.")
     events = EventSerializer(many=True, help_text="One page of the inbox, oldest first.")
     pages = DetailPagesSerializer()
@@ -250,6 +262,9 @@ class WorkflowSerializer(Described):
     class_name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
     step_limit = serializers.IntegerField(allow_null=True)
+    cpu_time_limit_ms = serializers.FloatField(
+        allow_null=True, help_text="The CPU time one replay may use, in milliseconds, when the class sets "
+                                   "it; null: the CPU_TIME_LIMIT setting.")
     instances = serializers.DictField(child=serializers.IntegerField())
     events = DeclaredEventSerializer(many=True, allow_null=True,
                                      help_text="The event types it accepts; null when it accepts any.")

@@ -47,6 +47,17 @@ def human_duration(seconds: float) -> str:
     return " ".join(parts)
 
 
+def human_milliseconds(ms: float) -> str:
+    """A CPU or wall time in milliseconds, down to the fractions a quick step takes: ``0.042`` -> "0.04
+    ms", ``3.21`` -> "3.2 ms", ``12.3`` -> "12 ms", ``31200`` -> "31.2 s"."""
+    ms = max(0.0, ms)
+    if ms < 1:
+        return f"{ms:.2f} ms"
+    if ms < 10:
+        return f"{ms:.1f} ms"
+    return human_duration(ms / 1000)
+
+
 def tick_label(offset: float, step: float) -> str:
     """An offset in seconds as a tick shows it, down to the unit of the ``step`` between ticks, so that
     no two ticks read the same: "+0", "+250 ms", "+1.5 s", "+2 min 30 s", "+3 d 2 h"."""

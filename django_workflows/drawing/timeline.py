@@ -15,7 +15,13 @@ import math
 from datetime import datetime
 
 from django_workflows.drawing.svg import Canvas, Drawing, fit
-from django_workflows.drawing.time_axis import TEXT_CHAR, TimeAxis, human_duration, tick_label
+from django_workflows.drawing.time_axis import (
+    TEXT_CHAR,
+    TimeAxis,
+    human_duration,
+    human_milliseconds,
+    tick_label,
+)
 
 # human_duration and tick_label are the axis's; they may still be imported from here.
 __all__ = ["Timeline", "human_duration", "render_timeline", "tick_label"]
@@ -212,6 +218,8 @@ class Timeline:
                 f"{step['key']} attempt {attempt.get('attempt')}: {outcome} after "
                 f"{human_duration((end - start).total_seconds())}, at {self.at(start)}"
             )
+            if attempt.get("cpu_ms") is not None:
+                title += f" · CPU {human_milliseconds(attempt['cpu_ms'])}"
             error = attempt.get("error")
             if error:
                 title += f" · {error.get('name')}: {error.get('message')}"
@@ -225,6 +233,7 @@ class Timeline:
             )
             previous_end = end
         next_attempt = step.get("next_attempt")
+        self.cpu_label(canvas, step, y, attempts, next_attempt)
         if next_attempt is not None and previous_end is not None:
             canvas.line(
                 x(previous_end),
@@ -242,6 +251,27 @@ class Timeline:
                 class_="dw-next-attempt",
                 title=f"next attempt at {self.at(next_attempt)}",
             )
+
+    def cpu_label(self, canvas: Canvas, step: dict, y: float, attempts: list, next_attempt) -> None:
+        """The CPU time of a step.do's attempts, written beside its bars: right of the last (or of the
+        next attempt's mark) where there is room, else left of the first; never over a bar."""
+        cpu = step.get("cpu_ms")
+        if cpu is None or not attempts:
+            return
+        text = f"CPU {human_milliseconds(cpu)}"
+        title = f"{step['key']}: CPU time of its {len(attempts)} attempt{'s' * (len(attempts) > 1)}"
+        if step.get("wall_ms") is not None:
+            title += f", which took {human_milliseconds(step['wall_ms'])} end to end"
+        width = len(text) * TEXT_CHAR
+        x = self.scale.x
+        right = max(x(attempts[-1]["end"]), x(attempts[-1]["start"]) + MIN_BAR)
+        if next_attempt is not None:
+            right = max(right, x(next_attempt) + 4)
+        left = x(attempts[0]["start"])
+        if right + 6 + width <= WIDTH - 4:
+            canvas.text(right + 6, y + 4, text, class_="dw-cpu-text", title=title)
+        elif left - 6 - width >= LABEL_WIDTH:
+            canvas.text(left - 6, y + 4, text, class_="dw-cpu-text", text_anchor="end", title=title)
 
     def sleep_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x

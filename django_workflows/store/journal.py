@@ -14,7 +14,7 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, connections, router, transaction
@@ -32,6 +32,20 @@ class InboxEvent:
     type: str
     payload: Any
     received_at: datetime
+
+
+class Costs(NamedTuple):
+    """What a replay adds to its instance's totals as it gives the lease back (``Instance.cpu_ms``,
+    ``Instance.step_wall_ms``): in the statement that releases the lease, which every replay makes, so
+    the figures cost no statement of their own. A step's journal write cannot carry them on every
+    database: SQLite has no data-modifying WITH, and a trigger on the journal that updated the instance
+    table would break every later migration that rebuilds that table on SQLite (Django renames the
+    rebuilt table with legacy_alter_table off, and SQLite then refuses a trigger naming the table
+    dropped). The price: a replay that dies before its release (its worker killed) or is fenced does
+    not add its figures; its journaled attempts keep their own."""
+
+    cpu_ms: float
+    step_wall_ms: float
 
 
 class Entry:
@@ -191,8 +205,9 @@ class JournalWriter:
         params += [step_id, self.instance_pk, self.epoch, self.instance_pk]
         return self._execute(sql, params)
 
-    def release(self, now: datetime, **fields) -> bool:
-        """Give up the lease and set the instance's ``fields``; False if the epoch moved on.
+    def release(self, now: datetime, costs: Costs | None = None, **fields) -> bool:
+        """Give up the lease, add the replay's ``costs`` to the instance's totals and set its
+        ``fields``; False if the epoch moved on.
 
         ``status`` may be ``WAITING_UNLESS_PAUSE_ASKED``: a pause asked while the replay ran takes
         effect now that it stops.
@@ -203,7 +218,7 @@ class JournalWriter:
         # A finished replay resets the crash count, unless the fields say otherwise (one that did
         # not run its workflow at all proves nothing about the steps that crashed before).
         fields.setdefault("crash_count", 0)
-        assignments, params = [], []
+        assignments, params = _adding(costs)
         for column, value in fields.items():
             if column == "status" and status is WAITING_UNLESS_PAUSE_ASKED:
                 assignments.append("status = CASE WHEN status = %s THEN %s ELSE %s END")
@@ -222,7 +237,8 @@ class JournalWriter:
             cursor.execute(sql, params)
             return cursor.rowcount > 0
 
-    def release_to_wait_for_events(self, now: datetime, types, **fields) -> str | None:
+    def release_to_wait_for_events(self, now: datetime, types, costs: Costs | None = None,
+                                   **fields) -> str | None:
         """Give up the lease, leaving the instance waiting for an event of ``types`` (or paused); return
         ``"queued"`` if such an event is in the inbox already (the caller enqueues the replay), the
         status otherwise, or None if the epoch moved on.
@@ -231,7 +247,7 @@ class JournalWriter:
         release; the row lock the release holds orders it after that sender, so the check here sees
         its event (and a later sender sees the instance waiting, ``inbox.deliver``)."""
         with engine_statements(), transaction.atomic(using=self.alias):
-            if not self.release(now, status=WAITING_UNLESS_PAUSE_ASKED, waiting_for=types, **fields):
+            if not self.release(now, costs, status=WAITING_UNLESS_PAUSE_ASKED, waiting_for=types, **fields):
                 return None
             if Event.objects.waiting_for(self.instance_pk, types).exists():
                 Instance.objects.filter(pk=self.instance_pk, status=InstanceStatus.WAITING).update(
@@ -266,16 +282,20 @@ class JournalWriter:
                     continue
             return event, status
 
-    def abandon(self, now: datetime, wake_at: datetime) -> bool:
+    def abandon(self, now: datetime, wake_at: datetime, costs: Costs | None = None) -> bool:
         """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at
-        ``wake_at``; the crash count is left as it is. False if the epoch moved on meanwhile."""
+        ``wake_at``, adding the replay's ``costs``; the crash count is left as it is. False if the
+        epoch moved on meanwhile."""
+        adding, added = _adding(costs)
         sql = (
             f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
             "status = CASE WHEN status = %s THEN %s ELSE %s END, wake_at = %s, waiting_for = NULL, "
+            f"{''.join(f'{assignment}, ' for assignment in adding)}"
             "updated_at = %s WHERE id = %s AND epoch = %s"
         )
         params = [InstanceStatus.WAITING_FOR_PAUSE, InstanceStatus.PAUSED, InstanceStatus.WAITING,
-                  self._adapt_datetime(wake_at), self._adapt_datetime(now), self.instance_pk, self.epoch]
+                  self._adapt_datetime(wake_at), *added, self._adapt_datetime(now), self.instance_pk,
+                  self.epoch]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount > 0
@@ -309,6 +329,13 @@ class JournalWriter:
         if row is None:
             raise Fenced()
         return row[0], row[1]
+
+
+def _adding(costs: Costs | None) -> tuple[list[str], list[float]]:
+    """The assignments that add ``costs`` to the instance's totals, and their parameters."""
+    if costs is None:
+        return [], []
+    return ["cpu_ms = cpu_ms + %s", "step_wall_ms = step_wall_ms + %s"], [costs.cpu_ms, costs.step_wall_ms]
 
 
 WAITING_UNLESS_PAUSE_ASKED = object()

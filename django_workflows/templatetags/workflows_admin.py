@@ -7,7 +7,7 @@ import json
 from django import template
 from django.utils.html import format_html
 
-from django_workflows.drawing.time_axis import human_duration
+from django_workflows.drawing.time_axis import human_duration, human_milliseconds
 from django_workflows.models import InstanceStatus
 
 register = template.Library()
@@ -42,6 +42,12 @@ def status_badge_html(status: str):
 @register.filter
 def status_badge(status: str):
     return status_badge_html(status)
+
+
+@register.filter
+def milliseconds(value) -> str:
+    """A CPU or wall time in milliseconds as people read it: "0.42 ms", "12 ms", "31.2 s"."""
+    return "" if value is None else human_milliseconds(value)
 
 
 @register.filter

@@ -5,16 +5,19 @@ replay runs in the server's thread when its change commits. Then the instance pa
 page again in an 800 px wide window, where each must fit: its drawings and tables scroll inside their
 cards, the page itself never sideways; so must the approval queue, whose row leads to the instance.
 Screenshots of the list, the instance page with its timeline and the workflow's diagram, at both widths,
-and of the queue are saved under var/screenshots/.
+and of the queue are saved under var/screenshots/; the list and the instance page show what each instance's
+replays cost in CPU time.
 """
 
+import re
 from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
 
 from django_workflows import workflows
-from django_workflows.models import Event
+from django_workflows.drawing.time_axis import human_milliseconds
+from django_workflows.models import Event, Instance
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -29,6 +32,9 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 NARROW = 800
+# A CPU time as the admin writes it ("0.42 ms", "12 ms", "1.5 s"), and with the replay's limit.
+FIGURE = re.compile(r"^\d+(\.\d+)? m?s$")
+CPU_FACT = re.compile(r"^\d+(\.\d+)? m?s \(limit 30 s a replay\)$")
 
 # Where each box lies in the window, and whether what it holds is all within reach: shown whole, or
 # scrolled to inside the box (overflow-x auto), not cut off.
@@ -110,6 +116,11 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
             page.click("input[type=submit]")
             expect(page.locator("#result_list")).to_be_visible()
             expect(page.locator(".dw-status-bar")).to_contain_text("waiting")
+            # The CPU time of each instance's replays, a column the list sorts by.
+            expect(page.locator("th.column-cpu_time")).to_contain_text("CPU")
+            listed_cpu = page.locator("tr:has(th.field-instance_id a:text-is('order-41')) td.field-cpu_time")
+            expect(listed_cpu).to_have_text(FIGURE)
+            listed_cpu_text = listed_cpu.inner_text()
             page.screenshot(path=str(SCREENSHOTS / "instance-list.png"), full_page=True)
 
             page.get_by_role("link", name="order-42").click()
@@ -123,6 +134,12 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
             expect(headline).to_have_text("complete")
             expect(page.locator("svg.dw-timeline")).to_contain_text("manager-approval · admin:reviewer")
             assert page.evaluate(LABELS_OVER_BARS) == []
+            # What its replays cost, and each step's CPU time, in the journal and beside its bars.
+            cpu_fact = page.locator(".dw-cpu-fact dd")
+            expect(cpu_fact).to_have_text(CPU_FACT)
+            cpu_fact_text = cpu_fact.inner_text()
+            expect(page.locator("td.dw-step-cpu").first).to_have_text(FIGURE)
+            expect(page.locator("svg.dw-timeline text.dw-cpu-text").first).to_contain_text("CPU ")
             page.screenshot(path=str(SCREENSHOTS / "instance-timeline.png"), full_page=True)
             instance_page = page.url
 
@@ -161,6 +178,9 @@ def test_approve_an_instance_in_the_browser(live_server, chromium, inline_workfl
         "admin:reviewer",
     )
     assert instance.status()["output"]["status"] == "approved"
+    # The figures the pages showed are the instance's own.
+    assert cpu_fact_text.startswith(human_milliseconds(Instance.objects.get(pk=instance.pk).cpu_ms) + " ")
+    assert listed_cpu_text == human_milliseconds(Instance.objects.get(instance_id="order-41").cpu_ms)
     for name in (
         "instance-list.png",
         "instance-timeline.png",

@@ -86,6 +86,36 @@ def test_e005_step_limit_setting():
         assert ids(checks.check_settings()) == ["django_workflows.E005"]
 
 
+@pytest.mark.parametrize("limit", [0, 300_001, "6 minutes", "forever", -5, True, [30_000]])
+def test_e019_cpu_time_limit_of_a_workflow(limit):
+    cls = type("Greedy", (WorkflowEntrypoint,), {"cpu_time_limit": limit, "run": lambda self, e, s: None})
+    try:
+        [message] = checks.check_workflows()
+        assert message.id == "django_workflows.E019" and "Greedy.cpu_time_limit" in message.msg
+        assert "5 minutes" in message.hint
+    finally:
+        registry.unregister(cls)
+
+
+@pytest.mark.parametrize("limit", [1, 200, 300_000, "5 minutes", "30 seconds", "250 milliseconds", 1.5])
+def test_e019_accepts_any_duration_up_to_5_minutes(limit):
+    cls = type("Fine", (WorkflowEntrypoint,), {"cpu_time_limit": limit, "run": lambda self, e, s: None})
+    try:
+        assert checks.check_workflows() == []
+        with override_settings(DJANGO_WORKFLOWS={"CPU_TIME_LIMIT": limit}):
+            assert checks.check_settings() == []
+    finally:
+        registry.unregister(cls)
+
+
+@pytest.mark.parametrize("limit", [0, "10 minutes", "30 secs", None])
+def test_e019_cpu_time_limit_setting(limit):
+    with override_settings(DJANGO_WORKFLOWS={"CPU_TIME_LIMIT": limit}):
+        [message] = checks.check_settings()
+    assert message.id == "django_workflows.E019" and "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']" in message.msg
+    assert "'30 seconds'" in message.hint
+
+
 @pytest.mark.parametrize("key", checks.SIZE_SETTINGS)
 def test_e006_sizes(key):
     with override_settings(DJANGO_WORKFLOWS={key: 0}):

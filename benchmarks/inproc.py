@@ -278,9 +278,10 @@ def main() -> None:
     # The same steps in the Python SDK's async forms (awaited one by one, and as decorated async step
     # functions), and three at a time side by side (step.all, and asyncio.gather in async run: each
     # group's bodies run in threads of their own, so it measures what running side by side costs).
-    log(f"{backend}: 2b. the same 999 steps: async def run, decorated, step.all and gather of three, {runs} run(s)")
+    log(f"{backend}: 2b. the same 999 steps: async def run, decorated, step.all and gather of three, atomic, "
+        f"{runs} run(s)")
     workflows_of = {"async": "bench-steps-async", "decorated": "bench-steps-decorated",
-                    "all3": "bench-steps-all", "gather3": "bench-steps-gather"}
+                    "all3": "bench-steps-all", "gather3": "bench-steps-gather", "atomic": "bench-steps-atomic"}
     for name in workflows_of.values():
         step_overhead(51, name)
     forms: dict = {form: [] for form in workflows_of}

@@ -98,6 +98,8 @@ ROWS = [
         ("step_forms", "decorated", "us")),
     Row("2", "… step.all of three side by side, µs per step (999 steps)", "inproc", ("step_forms", "all3", "us")),
     Row("2", "… asyncio.gather of three, µs per step (999 steps)", "inproc", ("step_forms", "gather3", "us")),
+    Row("2", "… atomic=True (body and journal row in one transaction), µs per step (999 steps)", "inproc",
+        ("step_forms", "atomic", "us")),
     Row("3", "3-step workflows/s, sequential, ours (inline)", "inproc", ("three", "ours")),
     Row("3", "3-step workflows/s, sequential, DBOS Transact", "inproc", ("three", "dbos")),
     Row("3", "… ours ÷ DBOS (pair by pair)", "inproc", ("three", "ratio"), "×", "≥ 3×", lambda v: v >= 3.0,

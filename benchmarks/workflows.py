@@ -51,6 +51,19 @@ class BenchStepsSideBySide(WorkflowEntrypoint):
         return total
 
 
+class BenchStepsAtomic(WorkflowEntrypoint):
+    """``bench-steps`` with each step ``atomic=True``: its body and journal row in one transaction."""
+
+    name = "bench-steps-atomic"
+    step_limit = 25_000
+
+    def run(self, event, step):
+        total = 0
+        for _ in range(event.payload["n"]):
+            total += step.do("s", _one, atomic=True)
+        return total
+
+
 class BenchStepsGathered(WorkflowEntrypoint):
     """``n`` trivial steps, three at a time gathered (``asyncio.gather`` in an async run)."""
 

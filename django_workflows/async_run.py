@@ -175,7 +175,7 @@ class EventLoopRun:
                 outcomes[called] = (True, outcome)
             else:
                 pending[called] = outcome
-        firsts = dict(zip(pending, replay._first_attempts(list(pending.values())))) if len(pending) > 1 else {}
+        firsts = dict(zip(pending, replay.first_attempts_of(list(pending.values()))))
         for called in live:
             if called in outcomes or called.parked is not None:
                 continue

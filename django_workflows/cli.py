@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from django_workflows import audit, workflows
 from django_workflows.conf import workflow_settings
-from django_workflows.durations import format_duration, milliseconds
 from django_workflows.drawing.time_axis import human_milliseconds
+from django_workflows.durations import format_duration, milliseconds
 from django_workflows.errors import InstanceNotFound
 from django_workflows.models import Instance
 from django_workflows.policy import cpu_time_limit

@@ -65,7 +65,7 @@ class ConcurrentSteps:
                 results[index] = outcome
             else:
                 pending.append((index, outcome))
-        firsts = self._first_attempts([step for _, step in pending]) if len(pending) > 1 else [None] * len(pending)
+        firsts = self.first_attempts_of([step for _, step in pending])
         for (index, step), first in zip(pending, firsts):
             try:
                 results[index] = self.run_do(step, first)
@@ -81,6 +81,16 @@ class ConcurrentSteps:
             paused = [suspension for suspension in suspensions if suspension.pause]
             raise paused[0] if paused else min(suspensions, key=lambda suspension: suspension.wake_at)
         return results
+
+    def first_attempts_of(self, steps) -> list:
+        """The first attempts of pending ``steps``, run side by side, in their order; None for a step
+        whose attempts run when its turn to be journaled comes: an atomic one (its transaction is the
+        replay thread's connection), or the only one."""
+        side = [step for step in steps if not step.policy.atomic]
+        if len(side) < 2:
+            return [None] * len(steps)
+        ran = iter(self._first_attempts(side))
+        return [None if step.policy.atomic else next(ran) for step in steps]
 
     def _first_attempts(self, steps) -> list:
         """Run each step's next attempt at once, each in a thread of its own; their outcomes in order."""

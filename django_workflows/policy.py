@@ -13,7 +13,7 @@ from django_workflows.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, WorkflowConfigError
 
 BACKOFFS = ("constant", "linear", "exponential")
-_TOP_KEYS = {"retries", "timeout", "sensitive"}
+_TOP_KEYS = {"retries", "timeout", "sensitive", "atomic"}
 # "sensitive": "output" keeps a step's result out of the admin, the API and the CLI (it is still journaled,
 # for the replays): a card token, a personal record.
 SENSITIVE_VALUES = ("output",)
@@ -31,6 +31,8 @@ class StepPolicy:
     timeout: timedelta
     delay_function: Any = None
     sensitive: str | None = None
+    # The body and its journal row commit in one transaction of the workflow database (atomic_steps).
+    atomic: bool = False
     """``retries.delay`` given as a function of the attempt that failed (1, 2, ...): its answer, a
     duration, is the wait, and ``backoff`` is not applied."""
 
@@ -65,6 +67,7 @@ class StepPolicy:
             },
             "timeout": int(self.timeout / timedelta(milliseconds=1)),
             **({"sensitive": self.sensitive} if self.sensitive else {}),
+            **({"atomic": True} if self.atomic else {}),
         }
 
 
@@ -98,6 +101,8 @@ def validate_config(config: Any, where: str) -> None:
             _duration(retries["delay"], where, "retries.delay")
     if "sensitive" in config and config["sensitive"] not in SENSITIVE_VALUES:
         _fail(where, f"sensitive must be {' or '.join(map(repr, SENSITIVE_VALUES))}, got {config['sensitive']!r}")
+    if "atomic" in config and not isinstance(config["atomic"], bool):
+        _fail(where, f"atomic must be True or False, got {config['atomic']!r}")
     if "timeout" in config:
         if _duration(config["timeout"], where, "timeout") <= timedelta(0):
             _fail(where, "timeout must be more than zero")
@@ -122,6 +127,7 @@ def build_policy(config: dict | None, defaults: dict, where: str) -> StepPolicy:
         timeout=_duration(config.get("timeout", defaults["timeout"]), where, "timeout"),
         delay_function=delay if callable(delay) else None,
         sensitive=config.get("sensitive"),
+        atomic=config.get("atomic", False),
     )
 
 

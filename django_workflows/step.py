@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django_workflows import clock, concurrent_steps, rollbacks, waits
+from django_workflows import atomic_steps, clock, concurrent_steps, rollbacks, waits
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.definition import WorkflowStepEvent
@@ -51,13 +51,17 @@ class WorkflowStep:
         self._declared: dict[str, StepFunction] = {}
 
     def do(self, name: str | None = None, fn=None, *, config: dict | None = None, depends=None,
-           concurrent: bool = False):
+           concurrent: bool = False, atomic: bool = False):
         """Run ``fn`` as a durable step named ``name``; or, without ``fn``, declare the decorated
         function as a step (``@step.do()`` names it after the function, ``@step.do("charge",
         depends=[reserve])`` runs ``reserve`` first and passes its result in), which its call runs.
 
         A function with a ``ctx`` parameter receives the step context (``StepContext``). ``config``
-        may name an undo: ``{"rollback": fn, "rollback_config": {...}}`` (see ``rollback_all``)."""
+        may name an undo: ``{"rollback": fn, "rollback_config": {...}}`` (see ``rollback_all``).
+        ``atomic=True`` (or ``config={"atomic": True}``) runs ``fn`` in a transaction of the workflow
+        database that commits its journal row too: exactly once (``django_workflows.atomic_steps``)."""
+        if atomic:
+            config = {**(config or {}), "atomic": True}
         if fn is None:
             if name is not None:
                 validate_step_name(name)
@@ -221,7 +225,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
             raise Suspend(step_key=key, wake_at=entry.wake_at)
         return False, PendingDo(name, key, entry, fn, config, policy, undo, undo_config)
 
-    def attempt(self, pending: PendingDo, number: int, journal=None) -> Attempt:
+    def attempt(self, pending: PendingDo, number: int, journal=None, callers=None) -> Attempt:
         """Run attempt ``number`` of a pending step's body under its timeout. Nothing else runs between
         arming the timeout and disarming it, and an interrupted attempt's connections are discarded
         before it returns: the journal writes after it never meet a connection the interruption left
@@ -234,7 +238,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
         meter = _Meter()
         try:
             returned = call_with_timeout(functools.partial(meter.run, body),
-                                         pending.policy.timeout.total_seconds(), journal)
+                                         pending.policy.timeout.total_seconds(), journal, callers)
             text, value = encode(returned, self.result_limit)
         except AttemptTimedOut:
             failure = StepTimeoutError(
@@ -256,10 +260,18 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
             # A lease that lapsed or was lost may be another worker's now: its replay runs this body.
             self.writer.check_lease()
             number = len(attempts) + 1
+            status = None
             if first is None:
                 self.running_step = key
                 try:
-                    outcome = self.attempt(pending, number, self.writer.connection)
+                    if policy.atomic:
+                        # The body and, if it succeeds, its journal row commit together or not at all.
+                        def journal(outcome):
+                            return self.journal_success(pending, [*attempts, outcome.journaled(number)], outcome)
+
+                        outcome, status = atomic_steps.attempt_and_journal(self, pending, number, journal)
+                    else:
+                        outcome = self.attempt(pending, number, self.writer.connection)
                 finally:
                     self.running_step = None
                 self.count_cost(outcome)
@@ -267,22 +279,12 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
                 outcome, first = first, None
             if self.fatal is not None:
                 raise self.fatal
-            started, ended, text, value, failure = (outcome.started, outcome.ended, outcome.text, outcome.value,
-                                                    outcome.failure)
+            started, ended, value, failure = outcome.started, outcome.ended, outcome.value, outcome.failure
             attempt = outcome.journaled(number)
             if failure is None:
                 attempts.append(attempt)
-                if entry is None:
-                    _, status = self.writer.insert(
-                        key=key, name=name, kind=StepKind.DO, status=StepStatus.SUCCEEDED, attempts=attempts,
-                        config=encoded(policy.config_json), result=encoded(text), started_at=started,
-                        ended_at=ended,
-                    )
-                else:
-                    _, status = self.writer.update(
-                        entry.id, status=StepStatus.SUCCEEDED, attempts=attempts, result=encoded(text),
-                        error=None, wake_at=None, ended_at=ended,
-                    )
+                if status is None:
+                    status = self.journal_success(pending, attempts, outcome)
                 if pending.undo is not None:
                     self._remember_undo(name, key, pending.undo, pending.undo_config, value, policy, number)
                 self.after_write(status, key)
@@ -313,6 +315,22 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.Conc
             if status == InstanceStatus.WAITING_FOR_PAUSE:
                 raise Suspend(pause=True, step_key=key)
             raise rebuilt from failure
+
+    def journal_success(self, pending: PendingDo, attempts: list, outcome: Attempt) -> str:
+        """Journal the step as succeeded with ``attempts``, the last ``outcome``; return the instance's
+        status."""
+        if pending.entry is None:
+            _, status = self.writer.insert(
+                key=pending.key, name=pending.name, kind=StepKind.DO, status=StepStatus.SUCCEEDED,
+                attempts=attempts, config=encoded(pending.policy.config_json), result=encoded(outcome.text),
+                started_at=outcome.started, ended_at=outcome.ended,
+            )
+        else:
+            _, status = self.writer.update(
+                pending.entry.id, status=StepStatus.SUCCEEDED, attempts=attempts, result=encoded(outcome.text),
+                error=None, wake_at=None, ended_at=outcome.ended,
+            )
+        return status
 
     def _write_attempts(self, entry, key, name, policy, attempts, started, **fields) -> str:
         if entry is None:

@@ -150,14 +150,17 @@ class Watchdog:
 watchdog = Watchdog()
 
 
-def call_with_timeout(fn, seconds: float, journal: BaseDatabaseWrapper | None = None):
+def call_with_timeout(fn, seconds: float, journal: BaseDatabaseWrapper | None = None, callers=None):
     """Call ``fn()``; raise ``AttemptTimedOut`` if it runs longer than ``seconds``.
 
     Whether it returns or raises, no interruption is pending any more, and if ``fn`` was interrupted,
     the connections it may have left mid-transaction were discarded: the caller may use the database
-    at once. ``journal`` is the caller's own connection, if it has one (see ``callers_transactions``).
+    at once. ``journal`` is the caller's own connection, if it has one (see ``callers_transactions``);
+    ``callers``, the transactions to keep, when the caller asked before opening one of its own (an
+    atomic step's, which an interruption ends like any of the attempt's).
     """
-    callers = callers_transactions(journal)
+    if callers is None:
+        callers = callers_transactions(journal)
     started = time.monotonic()
     entry = watchdog.watch(seconds)
     try:

@@ -84,6 +84,35 @@ def test_sigkill_during_three_steps_side_by_side_runs_them_again_and_journals_ea
     assert keys == ["before-1", "left-1", "victim-1", "right-1", "after-1"]
 
 
+@pytest.mark.parametrize("point", ["before", "during", "before commit", "after commit"])
+def test_a_sigkill_at_any_point_of_an_atomic_step_leaves_one_write_and_one_journal_row(start_worker, tmp_path,
+                                                                                       point):
+    start_worker()
+    marker = tmp_path / "killed.pid"
+    iid = f"atomic-{point.replace(' ', '-')}"
+    instance = workflows.get("killed-atomic").create(id=iid, params={"point": point, "marker": str(marker),
+                                                                      "atomic": True})
+    wait_status(instance, "complete", 60)
+    assert marker.exists()  # the process did die there
+    # Killed before its commit, the body's write went with its transaction; killed after, the journal row
+    # committed with it, and the replay that followed took the step from the journal.
+    assert SideEffect.counts() == {f"{iid}:body": 1, f"{iid}:after": 1}
+    assert instance.status()["output"] == 1
+    assert Step.objects.filter(instance_id=instance.pk, key="write-1").count() == 1
+
+
+def test_without_atomic_a_sigkill_before_the_journal_row_commits_writes_twice(start_worker, tmp_path):
+    start_worker()
+    marker = tmp_path / "killed.pid"
+    instance = workflows.get("killed-atomic").create(id="plain", params={"point": "before commit",
+                                                                          "marker": str(marker), "atomic": False})
+    wait_status(instance, "complete", 60)
+    assert marker.exists()
+    # The duplicate atomic=True prevents: the body's write had committed on its own, and ran again.
+    assert SideEffect.counts() == {"plain:body": 2, "plain:after": 1}
+    assert instance.status()["output"] == 2
+
+
 def test_sigkill_of_the_whole_worker_command_then_a_restart_loses_nothing(start_worker, tmp_path):
     first = start_worker()
     marker = tmp_path / "victim.pid"

@@ -367,6 +367,59 @@ class CrashableAll(WorkflowEntrypoint):
         return results
 
 
+def _die(marker: str) -> None:
+    """Leave ``marker`` behind, then SIGKILL this process: nothing after it runs, not even a rollback."""
+    import os
+    import signal
+
+    with open(marker, "w") as f:
+        f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_at_the_journal_row(marker: str):
+    """A connection execute wrapper that kills the process as the step's journal row is written: after
+    the body, before the commit of an atomic step (and after the body's own commits in a plain one)."""
+    from django_workflows.models import Step
+
+    def wrapper(execute, sql, params, many, context):
+        if sql.startswith("INSERT INTO") and Step._meta.db_table in sql:
+            _die(marker)
+        return execute(sql, params, many, context)
+
+    return wrapper
+
+
+class KilledAtomic(WorkflowEntrypoint):
+    """One step that writes to the database, its process SIGKILLed the first time at the point params
+    name: "before" the body writes, "during" the body (after its write), "before commit" (as its journal
+    row is written) or "after commit"."""
+
+    def run(self, event, step):
+        import os
+
+        from django.db import connection, transaction
+
+        point, marker, iid = event.payload["point"], event.payload["marker"], event.instance_id
+
+        def body():
+            killed = os.path.exists(marker)
+            if not killed and point == "before":
+                _die(marker)
+            count = _bump(f"{iid}:body")
+            if not killed and point == "during":
+                _die(marker)
+            if not killed and point == "before commit":
+                connection.execute_wrappers.append(_die_at_the_journal_row(marker))
+            if not killed and point == "after commit":
+                transaction.on_commit(lambda: _die(marker))
+            return count
+
+        written = step.do("write", body, atomic=event.payload["atomic"], config={"retries": {"limit": 0}})
+        step.do("after", lambda: _bump(f"{iid}:after"))
+        return written
+
+
 class CrashableGather(WorkflowEntrypoint):
     """CrashableAll as an async run(): the three steps gathered (asyncio.gather)."""
 

@@ -68,6 +68,10 @@ def _set_async_exc(thread_id: int, exc_type) -> None:
     )
 
 
+# Seconds between two interruptions of an attempt that has not ended after the first.
+INTERRUPT_AGAIN_AFTER = 1.0
+
+
 class _Watch:
     __slots__ = ("deadline", "thread_id", "done", "fired")
 
@@ -145,6 +149,10 @@ class Watchdog:
                     continue
                 entry.fired = True
                 _set_async_exc(entry.thread_id, AttemptTimedOut)
+                # Until the attempt ends, the interruption is raised again now and then: code that
+                # swallowed it (a bare except: in a loop), or a library that lost it on its way out of
+                # C, would otherwise hold the worker for ever.
+                heapq.heappush(self._heap, (time.monotonic() + INTERRUPT_AGAIN_AFTER, next(self._counter), entry))
 
 
 watchdog = Watchdog()

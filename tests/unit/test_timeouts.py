@@ -1,5 +1,6 @@
 """The attempt watchdog: deadlines fire, and finished attempts neither pile up nor wake its thread."""
 
+import threading
 import time
 
 import pytest
@@ -25,6 +26,33 @@ def test_an_attempt_that_swallows_the_interruption_is_still_failed():
 
     with pytest.raises(AttemptTimedOut):
         call_with_timeout(stubborn, 0.1)
+
+
+def test_an_attempt_that_swallows_the_interruption_and_goes_on_is_interrupted_again():
+    swallowed, outcome = [], []
+
+    def stubborn_loop():
+        while True:
+            try:
+                while True:
+                    time.sleep(0.01)
+            except AttemptTimedOut:
+                if swallowed:
+                    raise
+                swallowed.append(time.monotonic())
+
+    def attempt():
+        try:
+            call_with_timeout(stubborn_loop, 0.1)
+        except AttemptTimedOut:
+            outcome.append(time.monotonic())
+
+    # In a thread of its own: without a second interruption it would loop for ever.
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert swallowed and outcome, "the attempt was never interrupted again"
+    assert outcome[0] - swallowed[0] >= 0.9
 
 
 def test_finished_attempts_do_not_pile_up_in_the_heap():

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 
+from django_workflows.children import ChildWait, is_child_creator, wait_name
 from django_workflows.concurrent_steps import parse_calls
 from django_workflows.control_flow import Suspend, Terminating
 from django_workflows.definition import parameters
@@ -150,6 +151,8 @@ class EventLoopRun:
                 return True, outcome if answered else replay.run_do(outcome)
             if called.kind == StepKind.SLEEP:
                 return True, replay.sleep(called.name, key=called.key, **called.arguments)
+            if isinstance(called.arguments, ChildWait):
+                return True, replay.wait_for_child(called.name, called.arguments.created, key=called.key)
             return True, replay.wait_for_event(called.name, *called.arguments, key=called.key)
         except USER_FAILURES as failure:
             return False, failure
@@ -175,7 +178,9 @@ class EventLoopRun:
                 outcomes[called] = (True, outcome)
             else:
                 pending[called] = outcome
-        firsts = dict(zip(pending, replay.first_attempts_of(list(pending.values()))))
+        # A child's create step runs in the replay's thread, in its turn: an insert, not work to overlap.
+        side_by_side = [called for called in pending if not is_child_creator(pending[called].fn)]
+        firsts = dict(zip(side_by_side, replay.first_attempts_of([pending[c] for c in side_by_side])))
         for called in live:
             if called in outcomes or called.parked is not None:
                 continue
@@ -291,6 +296,21 @@ class AsyncWorkflowStep(WorkflowStep):
     def wait_for_event(self, name, type, timeout="24 hours"):  # noqa: A002
         return self._loop_run.call(StepKind.WAIT, name, (type, timeout))
 
+    def child(self, name, workflow, params=None, id=None, on_parent_end="terminate"):  # noqa: A002
+        # The create step takes its key now, as any step called; the wait takes its own once it is known.
+        create = self._replay.child_creator(name, workflow, params, id, on_parent_end)
+        creating = self._loop_run.call(StepKind.DO, name, (name, create, None))
+
+        async def child_result():
+            created = await creating
+            return await self._loop_run.call(StepKind.WAIT, wait_name(created), ChildWait(created))
+
+        # A task, not a bare coroutine: it waits for the child even if run() has not awaited it yet (and
+        # a replay that ends first leaves no coroutine never awaited behind).
+        task = self._loop_run.loop.create_task(child_result())
+        self._loop_run.futures.append(task)
+        return task
+
     async def rollback_all(self, error=None):
         undone = []
         while (undo := self._replay.next_undo(error)) is not None:
@@ -310,7 +330,7 @@ def drive(replay, run, event):
 def _not_a_step() -> WorkflowConfigError:
     return WorkflowConfigError(
         "run() awaited something that is not a step, and nothing else was left to run: an async run() may "
-        "await only its steps (step.do, step.sleep, step.sleep_until, step.wait_for_event, a step "
+        "await only its steps (step.do, step.sleep, step.sleep_until, step.wait_for_event, step.child, a step "
         "function), and asyncio.gather, asyncio.wait or asyncio.as_completed of them. A timer "
         "(asyncio.sleep with a delay), a network call or a foreign future belongs inside a step (an async "
         "def step function runs in an event loop of its own), where its outcome is journaled."

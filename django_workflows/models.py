@@ -28,6 +28,15 @@ class InstanceStatus(models.TextChoices):
     """``run()`` returned; its return value is the output."""
 
 
+class ParentEndPolicy(models.TextChoices):
+    """What a parent's terminate, terminate-with-rollback or restart does to a child it started."""
+
+    TERMINATE = "terminate", "Terminate"
+    """The child goes with its parent: terminated (with rollback, restarted) as the parent is."""
+    ABANDON = "abandon", "Abandon"
+    """The child runs on by itself."""
+
+
 FINISHED_STATUSES = (InstanceStatus.ERRORED, InstanceStatus.TERMINATED, InstanceStatus.COMPLETE)
 ACTIVE_STATUSES = tuple(status for status in InstanceStatus if status not in FINISHED_STATUSES)
 """Every status but the finished ones: the instance may still run."""
@@ -113,6 +122,23 @@ class Instance(models.Model):
         null=True, blank=True, default=None,
         help_text="When the finished instance is deleted, by its own retention for how it ended (set as it "
                   "ends); null: RETENTION_DAYS after its end.",
+    )
+
+    # A child workflow's link to the instance that started it (``step.child``). Not a database foreign key:
+    # retention deletes a finished parent by itself, and its children keep the id it had. Nullable, so a
+    # previous release's worker inserts instances without it; the policy is not, and has db_default too.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, default=None, on_delete=models.DO_NOTHING, db_constraint=False,
+        related_name="children", help_text="The instance whose step.child() started this one.",
+    )
+    parent_step = models.CharField(
+        max_length=300, null=True, blank=True, default=None,
+        help_text="The key of the parent's step that started this child.",
+    )
+    on_parent_end = models.CharField(
+        max_length=16, choices=ParentEndPolicy.choices, default=ParentEndPolicy.TERMINATE,
+        db_default=ParentEndPolicy.TERMINATE,
+        help_text="What the parent's terminate or restart does to this child while it runs.",
     )
 
     lease_owner = models.CharField(max_length=200, blank=True, default="")

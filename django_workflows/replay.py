@@ -11,6 +11,7 @@ records why and until when, releases the lease, and the worker is free.
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 import time
 import traceback
@@ -41,7 +42,7 @@ from django_workflows.policy import cpu_time_limit_of
 from django_workflows.serialization import NotJournalable, encode, storable_text
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.step import JournaledSteps, WorkflowStep
-from django_workflows.store import leases, retention
+from django_workflows.store import children, leases, retention
 from django_workflows.store.journal import (
     WAITING_UNLESS_PAUSE_ASKED,
     Costs,
@@ -229,13 +230,19 @@ class Replay(JournaledSteps):
             return self.suspend(self.suspended)
         return self.complete(output)
 
-    def _finish(self, **fields) -> bool:
+    def _finish(self, end: dict | None = None, **fields) -> bool:
+        """Release the lease with ``fields``; ``end`` is what a child workflow's parent receives as it
+        ends (``children.end_payload``), sent in the same transaction. An instance without a parent
+        writes one statement, as ever."""
         self.released = time.time()
         if "ended_at" in fields:
             # Ending: when the instance's own retention deletes it, written by the same statement.
             fields["purge_at"] = retention.own_purge_at(fields["status"], fields["ended_at"],
                                                         self.instance.success_retention,
                                                         self.instance.error_retention)
+        if end is not None and self.instance.parent_id is not None:
+            return self.writer.release_ending_child(self.instance.parent_id, end, clock.now(), costs=self.costs(),
+                                                    **fields)
         return self.writer.release(clock.now(), costs=self.costs(), **fields)
 
     # What the replay costs.
@@ -283,7 +290,8 @@ class Replay(JournaledSteps):
         except NotJournalable as exc:
             return self.errored(StepResultError(f"The output of run() {exc}"), "")
         now = clock.now()
-        if not self._finish(status=InstanceStatus.COMPLETE, output=encoded(text), ended_at=now, wake_at=None,
+        end = children.end_payload(InstanceStatus.COMPLETE, json.loads(text)) if self.instance.parent_id else None
+        if not self._finish(end, status=InstanceStatus.COMPLETE, output=encoded(text), ended_at=now, wake_at=None,
                             waiting_for=None, current_step=""):
             raise Fenced()
         return InstanceStatus.COMPLETE
@@ -327,19 +335,21 @@ class Replay(JournaledSteps):
         except WorkflowError as fatal:
             return self.errored(fatal, "")
         error = {**describe_error(stop), "rollback": outcome}
+        end = children.end_payload(InstanceStatus.TERMINATED, error=dict(error)) if self.instance.parent_id else None
         del error["type"]
-        if not self._finish(status=InstanceStatus.TERMINATED, terminating=False, error=error, ended_at=clock.now(),
+        if not self._finish(end, status=InstanceStatus.TERMINATED, terminating=False, error=error, ended_at=clock.now(),
                             wake_at=None, waiting_for=None, current_step=""):
             raise Fenced()
         return InstanceStatus.TERMINATED
 
     def errored(self, exc: BaseException, tb: str, rollback: dict | None = None) -> str:
         error = describe_error(exc)
+        end = children.end_payload(InstanceStatus.ERRORED, error=dict(error)) if self.instance.parent_id else None
         del error["type"]
         if rollback is not None:
             error["rollback"] = rollback
         now = clock.now()
-        if not self._finish(status=InstanceStatus.ERRORED, error=error, traceback=storable_text(tb),
+        if not self._finish(end, status=InstanceStatus.ERRORED, error=error, traceback=storable_text(tb),
                             ended_at=now, wake_at=None, waiting_for=None):
             raise Fenced()
         return InstanceStatus.ERRORED

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django_workflows import atomic_steps, clock, concurrent_steps, rollbacks, waits
+from django_workflows import atomic_steps, children, clock, concurrent_steps, rollbacks, waits
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.definition import WorkflowStepEvent
@@ -101,6 +101,19 @@ class WorkflowStep:
         """Wait for an event of ``type`` (or of any type in a list), up to ``timeout``."""
         return self._replay.call(self._replay.wait_for_event, name, type, timeout)
 
+    def child(self, name: str, workflow: str, params=None, id: str | None = None,  # noqa: A002
+              on_parent_end: str = "terminate"):
+        """Start an instance of ``workflow`` as this instance's child, and wait for its end: return its
+        output, or raise its error here with its class (``InstanceTerminated`` if it was terminated).
+
+        Two journaled steps: ``name`` creates the child (at most once, with ``id``, or an id derived from
+        this instance's and the step's), ``"<key> (result)"`` waits for its end, holding no worker.
+        ``on_parent_end``: what this instance's terminate, terminate(rollback=True) or restart does to
+        the child while it runs: ``"terminate"`` (the same to the child) or ``"abandon"`` (nothing)."""
+        create = self._replay.child_creator(name, workflow, params, id, on_parent_end)
+        created = self._replay.call(self._replay.do, name, create, None)
+        return self._replay.call(self._replay.wait_for_child, children.wait_name(created), created)
+
     step_function_class = StepFunction
 
     def _run_do(self, name, fn, config):
@@ -174,7 +187,7 @@ class _Meter:
             self.cpu, self.wall = time.thread_time() - cpu, time.perf_counter() - wall
 
 
-class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.ConcurrentSteps):
+class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.ConcurrentSteps, children.ChildSteps):
     """The replay's side of each step call: answered from the journal, or run and journaled.
 
     ``Replay`` is made of it, and keeps what these methods share: the journal, its writer, and the

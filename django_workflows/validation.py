@@ -23,6 +23,9 @@ EVENT_TYPE_PATTERN = re.compile(rf"^{_IDENTIFIER}*$")
 # A workflow's name is part of the API's URLs and of every instance: the instance-id rule, shorter.
 WORKFLOW_NAME_PATTERN = re.compile(rf"^{_IDENTIFIER}{{0,63}}$")
 MAX_STEP_NAME = 256
+# Event types the engine sends itself (a child workflow's end, to its parent): no one else may send
+# them, wait for them or declare them.
+RESERVED_EVENT_PREFIX = "__wf-"
 MAX_IDEMPOTENCY_KEY = 255
 
 
@@ -42,14 +45,14 @@ def validate_instance_id(value) -> str:
 
 
 def is_event_type(value) -> bool:
-    return _identifier(value, EVENT_TYPE_PATTERN, MAX_EVENT_TYPE)
+    return _identifier(value, EVENT_TYPE_PATTERN, MAX_EVENT_TYPE) and not value.startswith(RESERVED_EVENT_PREFIX)
 
 
 def validate_event_type(value) -> str:
     if not is_event_type(value):
         raise InvalidEventType(
             f"Invalid event type {value!r}: use 1 to {MAX_EVENT_TYPE} characters of letters, digits, '-' "
-            "and '_', not starting with '-'.",
+            f"and '_', not starting with '-' (nor with {RESERVED_EVENT_PREFIX!r}, which is the engine's own).",
             event_type=value,
         )
     return value

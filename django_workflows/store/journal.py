@@ -22,6 +22,7 @@ from django.db import DatabaseError, connections, router, transaction
 from django_workflows import clock, rows
 from django_workflows.control_flow import Fenced, StoreError
 from django_workflows.models import Event, Instance, InstanceStatus, Step
+from django_workflows.store import children
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,18 @@ class JournalWriter:
             cursor = self._cursor()
             cursor.execute(sql, params)
             return cursor.rowcount > 0
+
+    def release_ending_child(self, parent_pk: int, end: dict, now: datetime, costs: Costs | None = None,
+                             **fields) -> bool:
+        """``release`` for a child workflow that ends: its end is stored in its parent's inbox in the same
+        transaction, so a worker that dies in between cannot lose it. False if the epoch moved on (and
+        nothing is sent)."""
+        with engine_statements(), transaction.atomic(using=self.alias):
+            children.lock_parent(parent_pk)
+            if not self.release(now, costs, **fields):
+                return False
+            children.send_end(self.instance_pk, parent_pk, end, now)
+        return True
 
     def release_to_wait_for_events(self, now: datetime, types, costs: Costs | None = None,
                                    **fields) -> str | None:

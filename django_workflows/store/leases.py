@@ -250,7 +250,7 @@ def holder() -> Holder:
 # -- taking the lease -----------------------------------------------------------------------------
 
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count",
-                    "terminating", "success_retention", "error_retention")
+                    "terminating", "success_retention", "error_retention", "parent_id")
 
 
 @dataclass(frozen=True)
@@ -269,6 +269,8 @@ class Claim:
     # The instance's own retention, for the purge time written as it ends (None: RETENTION_DAYS).
     success_retention: timedelta | None = None
     error_retention: timedelta | None = None
+    # The parent of a child workflow (step.child), which its end is sent to; None for any other instance.
+    parent_id: int | None = None
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"

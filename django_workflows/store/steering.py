@@ -12,9 +12,11 @@ from datetime import datetime
 from django.db import connections, router, transaction
 from django.db.models import F
 
+from django_workflows.error_journal import describe_error
+from django_workflows.errors import InstanceTerminated
 from django_workflows.executors import enqueue, get_executor
-from django_workflows.models import Event, Instance, InstanceStatus, Step
-from django_workflows.store import retention
+from django_workflows.models import Event, Instance, InstanceStatus, ParentEndPolicy, Step
+from django_workflows.store import children, retention
 from django_workflows.transitions import PAUSE, TERMINATE
 
 
@@ -89,16 +91,29 @@ def resume(pk: int, now: datetime) -> bool:
 
 
 def terminate(pk: int, now: datetime) -> bool:
-    return bool(_rows(pk).filter(status__in=TERMINATE.applies_to).update(
-        status=InstanceStatus.TERMINATED, terminating=False, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
-        wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now, updated_at=now,
-        purge_at=retention.terminated_purge_at(now),
-    ))
+    """Terminate the instance. A child workflow's parent receives its end (``terminated``) in the same
+    transaction; the instance's running children whose policy is ``terminate`` are terminated with it."""
+    with transaction.atomic(using=_alias()):
+        parent, label = _lock_parent_of(pk)
+        if not _rows(pk).filter(status__in=TERMINATE.applies_to).update(
+            status=InstanceStatus.TERMINATED, terminating=False, epoch=F("epoch") + 1, lease_owner="",
+            lease_expires_at=None, wake_at=None, waiting_for=None, waiting_reason=None, ended_at=now,
+            updated_at=now, purge_at=retention.terminated_purge_at(now),
+        ):
+            return False
+        if parent is not None:
+            stop = InstanceTerminated(f"Instance {label} was terminated.")
+            children.send_end(pk, parent, children.end_payload(InstanceStatus.TERMINATED, error=describe_error(stop)),
+                              now)
+        for child in _children_ending_with(pk, running=True):
+            terminate(child, now)
+    return True
 
 
 def terminate_with_rollback(pk: int, now: datetime) -> bool:
     """Queue the instance for the replay that runs its undos and then terminates it; a replay running
-    now has its further writes refused."""
+    now has its further writes refused. Its running children whose policy is ``terminate`` are
+    terminated with rollback too."""
     with transaction.atomic(using=_alias()):
         if not _rows(pk).filter(status__in=TERMINATE.applies_to).update(
             status=InstanceStatus.QUEUED, terminating=True, epoch=F("epoch") + 1, lease_owner="",
@@ -106,7 +121,31 @@ def terminate_with_rollback(pk: int, now: datetime) -> bool:
         ):
             return False
         enqueue(pk)
+        for child in _children_ending_with(pk, running=True):
+            terminate_with_rollback(child, now)
     return True
+
+
+def _lock_parent_of(pk: int) -> tuple[int | None, str]:
+    """The instance's parent, its row locked (the parent's before the child's, as everywhere), or None for
+    an instance that is no child; and the instance's name."""
+    row = _rows(pk).values_list("parent_id", "workflow_name", "instance_id").first()
+    if row is None:
+        return None, ""
+    if row[0] is not None:
+        children.lock_parent(row[0])
+    return row[0], f"{row[1]}/{row[2]}"
+
+
+def _children_ending_with(pk: int, running: bool, steps=None) -> list[int]:
+    """The children that the instance's terminate or restart reaches (policy ``terminate``): running ones
+    only if ``running``; only those created by the journal rows ``steps`` if given."""
+    found = Instance.objects.filter(parent_id=pk, on_parent_end=ParentEndPolicy.TERMINATE)
+    if running:
+        found = found.filter(status__in=TERMINATE.applies_to)
+    if steps is not None:
+        found = found.filter(parent_step__in=steps.values("key"))
+    return list(found.values_list("pk", flat=True))
 
 
 def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
@@ -132,10 +171,18 @@ def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
         )
         if not updated:
             return False
+        # The children the cleared steps created: those whose policy is terminate run again too (and
+        # their ends are forgotten); the others keep running, and the ends they sent are taken again.
+        restarted = _children_ending_with(pk, running=False, steps=None if from_key is None else journal)
+        Event.objects.filter(instance_id=pk, type__in=[children.end_event_type(c) for c in restarted]).delete()
+        Event.objects.filter(instance_id=pk, type__startswith=children.CHILD_EVENT_PREFIX,
+                             consumed_by__in=journal.values("id")).update(consumed_by=None, consumed_at=None)
         if from_key is None:
             Event.objects.filter(instance_id=pk, consumed_by__isnull=False).delete()
         else:
             Event.objects.filter(instance_id=pk, consumed_by__in=journal.values("id")).delete()
         journal.delete()
         enqueue(pk)
+        for child in restarted:
+            restart(child, now)
     return True

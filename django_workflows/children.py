@@ -1,0 +1,170 @@
+"""What ``step.child`` does on the replay: a journaled step that creates the child instance, then a wait
+for its end.
+
+- The create step (``step.do`` named as the call, e.g. ``ship-1``) inserts the child, linked to its parent
+  and to that step's key; its id is the one given, or one derived from the parent's id and the step's key.
+  A crash after the insert and before the step's journal row runs the step again: the child it created
+  is found and taken, not created twice. The step journals ``{workflow, id, pk, step}``.
+- The wait (``<step key> (result)``, e.g. ``ship-1 (result)``) takes the child's end from the parent's
+  inbox: an event of the engine's own type that the child's end stores there in the transaction that
+  ends it (``store.children``), so an end that came first is taken at once. It is not a declared event
+  of the parent's, and no one else can send it.
+- The end gives the child's output, or raises its error in the parent with its class (a terminated
+  child raises ``InstanceTerminated``).
+
+Mixed into the replay's steps (``step.JournaledSteps``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django_workflows import clock
+from django_workflows.conf import workflow_settings
+from django_workflows.control_flow import Suspend
+from django_workflows.definition import registry
+from django_workflows.error_journal import describe_error, rebuild_error
+from django_workflows.errors import (
+    InvalidInstanceId,
+    InvalidStepInput,
+    NonRetryableError,
+    WorkflowTimeoutError,
+)
+from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind, StepStatus
+from django_workflows.serialization import NotJournalable, encode
+from django_workflows.store import children as store
+from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
+
+# How long a parent waits for its child's end: the longest wait there is.
+CHILD_WAIT = timedelta(days=365)
+
+
+class ChildIdTaken(NonRetryableError):
+    """``step.child`` was given the id of an instance that is not this parent's child."""
+
+
+@dataclass(frozen=True)
+class ChildWait:
+    """The arguments of a child's wait, as an async run() plans it."""
+
+    created: dict
+
+
+def wait_name(created: dict) -> str:
+    """The name of the wait for a child's end, from what its create step journaled."""
+    return f"{created['step']} (result)"
+
+
+def child_instance_id(parent_workflow: str, parent_id: str, key: str) -> str:
+    """The id of a child created without one: readable (the parent's id and the step's key), unique (a
+    digest of both), and within the instance-id rule."""
+    digest = hashlib.sha256(f"{parent_workflow}/{parent_id}/{key}".encode()).hexdigest()[:12]
+    readable = re.sub(r"[^a-zA-Z0-9_-]+", "_", key)
+    return f"{parent_id}--{readable}"[: MAX_INSTANCE_ID - len(digest) - 1] + f"-{digest}"
+
+
+def is_child_creator(fn) -> bool:
+    """Whether a step's body is the one that creates a child (``ChildSteps.child_creator``)."""
+    return getattr(fn, "child_creator", False)
+
+
+def outcome(payload: dict):
+    """The child's output, or its error raised again with its class."""
+    if payload.get("status") == InstanceStatus.COMPLETE:
+        return payload.get("output")
+    error = payload.get("error") or {"name": "Error", "message": f"the child ended {payload.get('status')}"}
+    raise rebuild_error(error)
+
+
+class ChildSteps:
+    def child_creator(self, name: str, workflow, params, instance_id, on_parent_end):
+        """Check ``step.child``'s arguments; return the body of its create step."""
+        if not is_workflow_name(workflow):
+            raise InvalidStepInput(f"step.child({name!r}): {workflow!r} is not a workflow name")
+        if instance_id is not None:
+            try:
+                validate_instance_id(instance_id)
+            except InvalidInstanceId as exc:
+                raise InvalidStepInput(f"step.child({name!r}): {exc}") from None
+        if on_parent_end not in ParentEndPolicy.values:
+            raise InvalidStepInput(f"step.child({name!r}): on_parent_end must be one of "
+                                   f"{', '.join(map(repr, ParentEndPolicy.values))}, got {on_parent_end!r}")
+        try:
+            encode(params, workflow_settings.MAX_PARAMS_SIZE)
+        except NotJournalable as exc:
+            raise InvalidStepInput(f"step.child({name!r}): the params {exc}") from None
+        parent = self.instance
+
+        def create(ctx):
+            # Not registered in this process (a rolling deploy, a misspelt name): retried, then raised.
+            registry.get(workflow)
+            key = f"{ctx.step.name}-{ctx.step.count}"
+            child_id = instance_id or child_instance_id(parent.workflow_name, parent.instance_id, key)
+            now = clock.now()
+            child = Instance(workflow_name=workflow, instance_id=child_id, params=params,
+                             status=InstanceStatus.QUEUED, created_at=now, updated_at=now, parent_id=parent.pk,
+                             parent_step=key, on_parent_end=on_parent_end)
+            pk = store.create(child)
+            if pk is None:
+                raise ChildIdTaken(f"step.child({name!r}): workflow {workflow!r} already has an instance with id "
+                                   f"{child_id!r}, which is not a child of this instance")
+            return {"workflow": workflow, "id": child_id, "pk": pk, "step": key}
+
+        create.child_creator = True
+        return create
+
+    def wait_for_child(self, name: str, created: dict, key: str | None = None):
+        """Wait for the end of the child ``created`` (what its create step journaled); return its output
+        or raise its error."""
+        types = [store.end_event_type(created["pk"])]
+        key = key or self.next_key(name)
+        entry = self.lookup(key, StepKind.WAIT)
+        if entry is not None:
+            if entry.status == StepStatus.SUCCEEDED:
+                return outcome(entry.result["payload"])
+            if entry.status == StepStatus.FAILED:
+                raise rebuild_error(entry.error)
+            deadline = entry.wake_at
+        else:
+            deadline = clock.now() + CHILD_WAIT
+        received = self._consume(key, name, entry, types, deadline, CHILD_WAIT)
+        if received is not None:
+            return outcome(received.payload)
+        end = store.finished_end(created["pk"])
+        if end is not None:
+            # Finished, and its end not in the inbox: it ended just now (taken above on a second look), or
+            # while this parent had finished, which was restarted since.
+            received = self._consume(key, name, entry, types, deadline, CHILD_WAIT)
+            if received is not None:
+                return outcome(received.payload)
+            now = clock.now()
+            result = {"type": types[0], "payload": end, "timestamp": now.isoformat()}
+            if entry is None:
+                _, status = self.writer.insert(
+                    key=key, name=name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
+                    config=_config(types), result=result, wake_at=deadline, started_at=now, ended_at=now)
+            else:
+                _, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, result=result, ended_at=now)
+            self.after_write(status, key)
+            return outcome(end)
+        now = clock.now()
+        if entry is None:
+            self.writer.insert(key=key, name=name, kind=StepKind.WAIT, status=StepStatus.WAITING,
+                               config=_config(types), wake_at=deadline, started_at=now)
+        elif deadline <= now:
+            timeout_error = WorkflowTimeoutError(
+                f"Step {name!r}: child {created['workflow']}/{created['id']} did not end within {CHILD_WAIT.days} days",
+                step=key, event_types=types,
+            )
+            _, status = self.writer.update(entry.id, status=StepStatus.FAILED, error=describe_error(timeout_error),
+                                           ended_at=deadline)
+            self.after_write(status, key)
+            raise timeout_error
+        raise Suspend(step_key=key, wake_at=deadline, waiting_for=types)
+
+
+def _config(types) -> dict:
+    return {"type": types, "timeout": int(CHILD_WAIT / timedelta(milliseconds=1))}

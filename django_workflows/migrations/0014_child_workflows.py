@@ -1,0 +1,36 @@
+# Child workflows (step.child): the link from a child instance to its parent, the parent's step that
+# started it, and what the parent's terminate or restart does to it.
+#
+# Named 0016 and depending on 0013: other changes add a 0014 and a 0015 beside it, and the merge migration
+# that joins them fixes the chain. The link and the step are nullable (a previous release's worker inserts
+# instances without them, and the database fills NULL); the policy is not, so it has a database default
+# (db_default) as well as Django's. The link is not a database foreign key: retention deletes a finished
+# parent by itself, with raw deletes, and its children keep the id it had.
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('django_workflows', '0013_cpu_time'),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name='instance',
+            name='on_parent_end',
+            field=models.CharField(choices=[('terminate', 'Terminate'), ('abandon', 'Abandon')], db_default='terminate', default='terminate', help_text="What the parent's terminate or restart does to this child while it runs.", max_length=16),
+        ),
+        migrations.AddField(
+            model_name='instance',
+            name='parent',
+            field=models.ForeignKey(blank=True, db_constraint=False, default=None, help_text='The instance whose step.child() started this one.', null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='children', to='django_workflows.instance'),
+        ),
+        migrations.AddField(
+            model_name='instance',
+            name='parent_step',
+            field=models.CharField(blank=True, default=None, help_text="The key of the parent's step that started this child.", max_length=300, null=True),
+        ),
+    ]

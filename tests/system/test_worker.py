@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from django_workflows import workflows
-from django_workflows.models import Instance, Step, WorkerHeartbeat
+from django_workflows.models import Event, Instance, Step, WorkerHeartbeat
 from django_workflows.worker import _children_of
 from tests.testapp.models import ReplayAudit, SideEffect
 from tests.workers import wait_for, wait_status
@@ -371,3 +371,20 @@ def test_a_long_retention_sweep_runs_beside_the_wake_up_loop(workflows_env, sett
     assert seen == {"woken": 3, "counted": 3, "old": 5}
     assert choosers and threading.main_thread().name not in choosers, choosers
     assert not Instance.objects.filter(pk__in=old).exists()
+
+
+def test_a_child_sigkilled_mid_step_still_delivers_its_result_to_its_parent(start_worker, tmp_path):
+    worker = start_worker()
+    marker = tmp_path / "victim.pid"
+    parent = workflows.get("kid-parent").create(id="parent-1", params={"marker": str(marker)})
+    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the child's step to start"))
+    assert pid != worker.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_status(parent, "complete", 60)
+    assert parent.status()["output"] == {"got": "survived"}
+    child = Instance.objects.get(parent_id=parent.pk)
+    assert child.status == "complete" and child.workflow_name == "crashable-kid"
+    # The child's step ran again after the kill; the parent took the child's end from its inbox, once.
+    assert SideEffect.counts() == {f"{child.instance_id}:victim": 2}
+    (end,) = Event.objects.filter(instance_id=parent.pk)
+    assert end.consumed_by.key == "kid-1 (result)-1"

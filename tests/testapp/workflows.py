@@ -437,6 +437,22 @@ class CrashableGather(WorkflowEntrypoint):
         return results
 
 
+class CrashableKid(WorkflowEntrypoint):
+    """A child workflow whose one step, the first time, records its process id and hangs until that process
+    is killed."""
+
+    def run(self, event, step):
+        marker, iid = event.payload["marker"], event.instance_id
+        return step.do("victim", lambda: _hang_once(marker, f"{iid}:victim"), config={"retries": {"limit": 0}})
+
+
+class KidParent(WorkflowEntrypoint):
+    """Starts a crashable-kid as its child and returns what it returned."""
+
+    def run(self, event, step):
+        return {"got": step.child("kid", "crashable-kid", {"marker": event.payload["marker"]})}
+
+
 class Quick(WorkflowEntrypoint):
     def run(self, event, step):
         for name in ("one", "two", "three"):

@@ -262,7 +262,14 @@ def format_instance(description: dict) -> str:
         pairs.append(("Retention", retention_text(d["retention"])))
         if d["retention"]["purge_at"]:
             pairs.append(("Deleted after", when(d["retention"]["purge_at"])))
+    if d.get("parent"):
+        parent = d["parent"]
+        name = f"{parent['workflow']}/{parent['id']}" if parent["workflow"] else "(deleted)"
+        pairs.append(("Parent", f"{name}, step {parent['step']} (on its end: {parent['on_parent_end']})"))
     parts = [fields(pairs)]
+    if d.get("children"):
+        rows = [[f"{c['workflow']}/{c['id']}", c["status"], c["step"], c["on_parent_end"]] for c in d["children"]]
+        parts.append(table(["CHILD", "STATUS", "STARTED BY STEP", "ON PARENT END"], rows))
     if d["steps"]:
         rows = [[s["key"], s["type"], s["status"], _attempt_count(s), _measured(s, "cpu_ms"),
                  _measured(s, "wall_ms"), when(s["start"]), when(s["end"]), clip(error_text(s["error"]))]

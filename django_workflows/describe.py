@@ -147,6 +147,25 @@ def describe_retention(instance: Instance) -> dict | None:
 
 
 DETAIL_PAGE_SIZE = 100
+CHILDREN_SHOWN = 100
+
+
+def describe_parent(instance: Instance) -> dict | None:
+    """The instance that started this one with ``step.child``: ``{workflow, id, step, on_parent_end}``
+    (``workflow`` and ``id`` None if retention deleted it); None for an instance that is no child."""
+    if instance.parent_id is None:
+        return None
+    row = Instance.objects.filter(pk=instance.parent_id).values("workflow_name", "instance_id").first() or {}
+    return {"workflow": row.get("workflow_name"), "id": row.get("instance_id"), "pk": instance.parent_id,
+            "step": instance.parent_step, "on_parent_end": instance.on_parent_end}
+
+
+def describe_children(instance: Instance, limit: int = CHILDREN_SHOWN) -> list[dict]:
+    """The instances this one started with ``step.child``, oldest first (the first ``limit``)."""
+    rows = (Instance.objects.filter(parent_id=instance.pk).order_by("created_at", "id")
+            .values("pk", "workflow_name", "instance_id", "status", "parent_step", "on_parent_end")[:limit])
+    return [{"workflow": row["workflow_name"], "id": row["instance_id"], "pk": row["pk"], "status": row["status"],
+             "step": row["parent_step"], "on_parent_end": row["on_parent_end"]} for row in rows]
 
 
 def describe_instance(instance: Instance, steps_page: int = 1, events_page: int = 1,
@@ -168,6 +187,8 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
         "output": instance.output,
         "error": instance.error,
         "retention": describe_retention(instance),
+        "parent": describe_parent(instance),
+        "children": describe_children(instance),
         # What its replays have cost so far (each adds its own as it ends), over the instance's life.
         "cpu_ms": round(instance.cpu_ms, 3),
         "step_wall_ms": round(instance.step_wall_ms, 3),

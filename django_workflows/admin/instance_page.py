@@ -14,7 +14,13 @@ from django_workflows.admin.forms import SendEventForm
 from django_workflows.admin.steering import steering_buttons
 from django_workflows.approvals import approval_awaited, decision_refused
 from django_workflows.definition import registry
-from django_workflows.describe import describe_event, describe_retention, describe_step
+from django_workflows.describe import (
+    describe_children,
+    describe_event,
+    describe_parent,
+    describe_retention,
+    describe_step,
+)
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.drawing.time_axis import human_duration, human_milliseconds
 from django_workflows.drawing.timeline import render_timeline
@@ -141,7 +147,17 @@ class InstancePage:
                 "admin:django_workflows_instance_workflow", args=[instance.workflow_name]
             ),
             "retention": self._retention(instance),
+            "parent": self._linked(describe_parent(instance)),
+            "children": [self._linked(child) for child in describe_children(instance)],
         }
+
+    @staticmethod
+    def _linked(described: dict | None) -> dict | None:
+        """A parent or child from describe, with the URL of its page (None if retention deleted it)."""
+        if described is None:
+            return None
+        url = reverse("admin:django_workflows_instance_change", args=[described["pk"]]) if described["id"] else None
+        return {**described, "url": url}
 
     @staticmethod
     def _retention(instance: Instance) -> str:

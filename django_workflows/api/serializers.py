@@ -234,12 +234,33 @@ class RetentionSerializer(Described):
         help_text="When the instance is deleted, once it has ended with a retention of its own.")
 
 
+class ParentSerializer(Described):
+    workflow = serializers.CharField(allow_null=True, help_text="null if the parent was deleted (retention).")
+    id = serializers.CharField(allow_null=True)
+    step = serializers.CharField(help_text="The key of the parent's step that started this child.")
+    on_parent_end = serializers.ChoiceField(
+        choices=["terminate", "abandon"],
+        help_text="What the parent's terminate or restart does to this child while it runs.")
+
+
+class ChildSerializer(Described):
+    workflow = serializers.CharField()
+    id = serializers.CharField()
+    status = serializers.CharField()
+    step = serializers.CharField(help_text="The key of this instance's step that started the child.")
+    on_parent_end = serializers.ChoiceField(choices=["terminate", "abandon"])
+
+
 class InstanceSerializer(InstanceSummarySerializer):
     params = serializers.JSONField(allow_null=True)
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     retention = RetentionSerializer(allow_null=True, help_text="The retention chosen at create; null: the "
                                                                "RETENTION_DAYS setting.")
+    parent = ParentSerializer(allow_null=True, help_text="The instance whose step.child() started this one; "
+                                                         "null if none did.")
+    children = ChildSerializer(many=True, help_text="The instances its step.child() calls started (the "
+                                                    "first 100), oldest first.")
     cpu_ms = serializers.FloatField(
         help_text="Milliseconds of CPU time its replays used (run() and the step bodies; waiting does not "
                   "count), over its life, added by each replay as it ends.")

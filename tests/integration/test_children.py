@@ -320,3 +320,35 @@ def test_the_api_refuses_the_child_end_event_type(workflows_env, admin_client):
                                  {"status": "complete", "output": 1}, content_type="application/json")
     assert response.status_code == 400, response.content
     assert not Event.objects.filter(instance_id=parent.pk).exists()
+
+
+def test_the_surfaces_show_the_parent_and_the_children(workflows_env, admin_client):
+    import io
+
+    from django.core.management import call_command
+
+    def describe(*args):
+        out = io.StringIO()
+        call_command("workflows", "instances", "describe", *args, stdout=out, stderr=io.StringIO())
+        return out.getvalue()
+
+    parent = start({"kid": {"n": 1, "wait": True}, "policy": "abandon"})
+    workflows_env.run_until_idle()
+    kid = only_kid()
+    # The admin's instance pages link both ways.
+    page = admin_client.get(f"/admin/django_workflows/instance/{parent.pk}/change/").content.decode()
+    assert f'href="/admin/django_workflows/instance/{kid.pk}/change/" class="dw-child-link">kid/{kid.instance_id}' in page
+    page = admin_client.get(f"/admin/django_workflows/instance/{kid.pk}/change/").content.decode()
+    assert f'href="/admin/django_workflows/instance/{parent.pk}/change/" class="dw-parent-link">parent/p1' in page
+    # The API's detail.
+    detail = admin_client.get("/workflows/parent/instances/p1/").json()
+    assert detail["parent"] is None
+    assert detail["children"] == [{"workflow": "kid", "id": kid.instance_id, "status": "waiting", "step": "kid-1",
+                                   "on_parent_end": "abandon"}]
+    detail = admin_client.get(f"/workflows/kid/instances/{kid.instance_id}/").json()
+    assert detail["parent"] == {"workflow": "parent", "id": "p1", "step": "kid-1", "on_parent_end": "abandon"}
+    assert detail["children"] == []
+    # The command line's describe.
+    out = describe("parent", "p1")
+    assert f"kid/{kid.instance_id}" in out and "CHILD" in out
+    assert "parent/p1, step kid-1" in describe("kid", kid.instance_id)

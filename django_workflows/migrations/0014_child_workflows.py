@@ -1,8 +1,7 @@
 # Child workflows (step.child): the link from a child instance to its parent, the parent's step that
 # started it, and what the parent's terminate or restart does to it.
 #
-# Named 0016 and depending on 0013: other changes add a 0014 and a 0015 beside it, and the merge migration
-# that joins them fixes the chain. The link and the step are nullable (a previous release's worker inserts
+# The link and the step are nullable (a previous release's worker inserts
 # instances without them, and the database fills NULL); the policy is not, so it has a database default
 # (db_default) as well as Django's. The link is not a database foreign key: retention deletes a finished
 # parent by itself, with raw deletes, and its children keep the id it had.

@@ -21,6 +21,9 @@ loop waits, the replay settles the steps called so far, in rounds:
   wake time, or an event that one of its waits takes; ``Suspend`` is raised into run() where it waits,
   as in ``def run``.
 
+``step.patched(change_id)`` is not awaited: it answers at once, as in ``def run``, where it stands among
+the steps run() has called (``django_workflows.patches``).
+
 What run() awaits must come from its steps: a timer (``asyncio.sleep`` with a delay), a network call or
 a foreign future outside a step is refused with a clear error. A step function may be ``async def``; it
 runs to its end in an event loop of its own, inside the step's timeout.
@@ -86,10 +89,15 @@ class EventLoopRun:
     def run(self, coroutine):
         """Run ``run()``'s coroutine to its end; return what it returns."""
         main = self.loop.create_task(coroutine)
+        replay = self.replay
+        # step.patched answers at once, from the journal in memory; a marker it must write waits until
+        # the loop is idle, before any step called after it is settled.
+        replay.markers_deferred = True
         try:
             suspended_rounds = 0
             while True:
                 self._run_until_idle()
+                replay.write_pending_markers()
                 if main.done():
                     return main.result()
                 waiting = self.called = [called for called in self.called if not called.future.done()]
@@ -105,6 +113,7 @@ class EventLoopRun:
                     self.replay.suspended = _merged([called.parked for called in waiting if called.parked])
                     self._raise_into(waiting, self.replay.suspended)
         finally:
+            replay.markers_deferred = False
             self._close()
 
     # Rounds.

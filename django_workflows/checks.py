@@ -11,7 +11,7 @@ from django_workflows import declared_events
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEntrypoint, is_async_generator, registry
 from django_workflows.errors import WorkflowConfigError
-from django_workflows.policy import cpu_time_limit, validate_config
+from django_workflows.policy import cpu_time_limit, validate_config, version_text
 from django_workflows.validation import is_event_type, is_workflow_name
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS", "LEASE_SECONDS",
@@ -115,7 +115,20 @@ def check_settings(app_configs=None, **kwargs):
         cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
     except WorkflowConfigError as exc:
         messages.append(_cpu_time_limit_error(exc, f"the default is {DEFAULTS['CPU_TIME_LIMIT']!r}"))
+    if workflow_settings.VERSION is not None:
+        try:
+            version_text(workflow_settings.VERSION, "DJANGO_WORKFLOWS['VERSION']")
+        except WorkflowConfigError as exc:
+            messages.append(_version_error(exc, "None records no version"))
     return messages
+
+
+def _version_error(exc: WorkflowConfigError, hint: str) -> Error:
+    return Error(
+        f"{exc}. Creating an instance raises this error.",
+        hint=f"Give a release name or number, such as '2025.06.1' or 3; {hint}.",
+        id="django_workflows.E020",
+    )
 
 
 def _cpu_time_limit_error(exc: WorkflowConfigError, hint: str) -> Error:
@@ -156,6 +169,11 @@ def check_workflows(app_configs=None, **kwargs):
                 cpu_time_limit(cls.cpu_time_limit, f"{where}.cpu_time_limit")
             except WorkflowConfigError as exc:
                 messages.append(_cpu_time_limit_error(exc, "leave it out for the CPU_TIME_LIMIT setting"))
+        if getattr(cls, "version", None) is not None:
+            try:
+                version_text(cls.version, f"{where}.version")
+            except WorkflowConfigError as exc:
+                messages.append(_version_error(exc, "leave it out for the VERSION setting"))
         if not isinstance(cls.name, str) or not is_workflow_name(cls.name):
             messages.append(Error(
                 f"{where}.name must be 1 to 64 letters, digits, '_' or '-', not starting with '-' (it is part "

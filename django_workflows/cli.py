@@ -216,16 +216,17 @@ def format_workflow(description: dict) -> str:
 def format_instance_list(workflow_name: str, summaries: list[dict], more: bool) -> str:
     if not summaries:
         return f"No instances of {workflow_name!r} match."
-    rows = [[s["id"], s["status"], when(s["queued"]), when(s["start"]), when(s["end"]),
+    rows = [[s["id"], s["status"], s["version"] or EMPTY, when(s["queued"]), when(s["start"]), when(s["end"]),
              when(s["wake_at"]), s["current_step"] or EMPTY] for s in summaries]
-    text = table(["ID", "STATUS", "QUEUED", "START", "END", "WAKES", "CURRENT STEP"], rows)
+    text = table(["ID", "STATUS", "VERSION", "QUEUED", "START", "END", "WAKES", "CURRENT STEP"], rows)
     if more:
         text += f"\n(newest {len(summaries)} shown; raise --limit for more)"
     return text
 
 
 def _attempt_count(step: dict) -> str:
-    # Only step.do has attempts; a sleep or a wait for an event is one span of time.
+    # Only step.do has attempts; a sleep or a wait for an event is one span of time, a patch's marker
+    # a moment.
     return str(len(step["attempts"])) if "attempts" in step else EMPTY
 
 
@@ -241,6 +242,7 @@ def format_instance(description: dict) -> str:
         ("Workflow", d["workflow"]),
         ("Instance", d["id"]),
         ("Status", d["status"]),
+        ("Version", d["version"] or f"{EMPTY} (none recorded)"),
         ("Queued", when(d["queued"])),
         ("Start", when(d["start"])),
         ("End", when(d["end"])),

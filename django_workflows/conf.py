@@ -35,6 +35,10 @@ DEFAULTS: dict[str, Any] = {
     # unless the workflow class sets ``cpu_time_limit`` (at most MAX_CPU_TIME_LIMIT). A duration as
     # durations.parse_duration reads it: milliseconds, or "N unit(s)". Waiting does not count.
     "CPU_TIME_LIMIT": "30 seconds",
+    # The version of the code deployed (a release tag, a commit), recorded on each instance created,
+    # unless its workflow class sets its own ``version``; None records none. Read it from the
+    # environment in settings.py: os.environ.get("RELEASE").
+    "VERSION": None,
     # Bytes of a step result, once encoded as JSON.
     "MAX_STEP_RESULT_SIZE": MIB,
     # Bytes of an event payload, once encoded as JSON.

@@ -69,6 +69,10 @@ class WorkflowEntrypoint:
     ``events`` declares the event types the workflow accepts, who may send each
     and what its payload must look like (``django_workflows.declared_events``);
     without it, any valid type is accepted from anyone allowed to send events.
+    ``version`` names the code's version (a string, or a whole number), recorded
+    on each instance created (``Instance.version``); without it, the ``VERSION``
+    setting's is. Which code an old instance runs is decided by ``step.patched``,
+    not by the version.
     Set ``abstract = True`` on a base class that is not a workflow itself.
     """
 
@@ -77,6 +81,7 @@ class WorkflowEntrypoint:
     cpu_time_limit: ClassVar[int | float | str | timedelta | None] = None
     approvals: ClassVar[Collection[str]] = frozenset()
     events: ClassVar[dict[str, dict[str, Any]] | None] = None
+    version: ClassVar[str | int | None] = None
     abstract: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):

@@ -71,6 +71,7 @@ def instance_summary(instance: Instance) -> dict:
         "id": instance.instance_id,
         "workflow": instance.workflow_name,
         "status": instance.status,
+        "version": instance.version,
         "queued": instance.created_at,
         "start": instance.started_at,
         "end": instance.ended_at,
@@ -99,6 +100,9 @@ def describe_step(step: Step) -> dict:
         "output": REDACTED if step.is_sensitive and step.result is not None else step.result,
         "error": step.error and {"name": step.error.get("name"), "message": step.error.get("message")},
     }
+    if step.kind == StepKind.PATCH:
+        # A marker, not a step: run() took the code a step.patched(change id) guards from here on.
+        data["after_steps"] = step.result.get("after_steps") if isinstance(step.result, dict) else None
     if step.kind == StepKind.DO:
         data["attempts"] = [_attempt(attempt) for attempt in step.attempts]
         # The sum over its attempts; None for a step journaled before attempts were measured.

@@ -34,6 +34,7 @@ from django_workflows.errors import (
     StepNotFound,
 )
 from django_workflows.models import FINISHED_STATUSES, Instance, InstanceStatus
+from django_workflows.policy import version_of
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
@@ -121,7 +122,8 @@ class WorkflowHandle:
         now = clock.now()
         return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
                         status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
-                        success_retention=kept.get("success"), error_retention=kept.get("error"))
+                        success_retention=kept.get("success"), error_retention=kept.get("error"),
+                        version=version_of(self.workflow_class))
 
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
                retention: dict | None = None) -> InstanceHandle:
@@ -134,7 +136,10 @@ class WorkflowHandle:
         milliseconds or "N unit(s)", from zero (deleted by the next retention sweep) to 365 days. An
         outcome left out (or None) follows the setting; one given applies even when the setting is None
         (keep for ever). A key or a duration it cannot take raises ``InvalidParams`` and creates
-        nothing."""
+        nothing.
+
+        The instance records the code version it is created under: the workflow class's ``version``,
+        else the ``VERSION`` setting (``Instance.version``)."""
         instance = self._new_instance(id, params, retention)
         try:
             steering.insert(instance)

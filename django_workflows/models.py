@@ -103,6 +103,14 @@ class Instance(models.Model):
         null=True, blank=True,
         help_text="Why a waiting instance cannot run yet, when its steps do not say (its workflow is not registered).",
     )
+    # The code version the instance was created under: the workflow class's ``version``, else the
+    # VERSION setting; "" when neither says. db_default as well, as for terminating: a worker of the
+    # previous release inserts instances without it.
+    version = models.CharField(
+        max_length=100, blank=True, default="", db_default="",
+        help_text="The code version it was created under: its workflow's version attribute, else the VERSION "
+                  "setting; empty when neither was set.",
+    )
 
     # The instance's own retention, chosen at create (Cloudflare's successRetention and errorRetention);
     # null: RETENTION_DAYS. Workers of the previous release insert instances without these columns
@@ -186,6 +194,9 @@ class Instance(models.Model):
                 fields=["status", "wake_at"], name="dw_instance_wake", condition=Q(status=InstanceStatus.WAITING)
             ),
             models.Index(fields=["workflow_name", "status"], name="dw_instance_by_status"),
+            # The admin's filter by version: the versions a workflow's instances were created under, and
+            # its instances of one of them.
+            models.Index(fields=["workflow_name", "version"], name="dw_instance_version"),
             models.Index(fields=["status", "updated_at"], name="dw_instance_status_updated"),
             # Retention reads a batch of due instances at a time, in two reads that this index serves
             # alike: those whose own time has passed (status IN (...) AND purge_at < now) and those
@@ -239,6 +250,9 @@ class StepKind(models.TextChoices):
     DO = "do", "step.do"
     SLEEP = "sleep", "step.sleep"
     WAIT = "waitForEvent", "step.wait_for_event"
+    PATCH = "patch", "step.patched"
+    """A marker, not a step: ``step.patched(change_id)`` was first reached when the journal had nothing
+    further, so the instance takes the patched code from there on (``django_workflows.patches``)."""
 
 
 class StepStatus(models.TextChoices):
@@ -265,7 +279,9 @@ class StepQuerySet(models.QuerySet):
         """How many of an instance's steps of each name are in each status: ``{name: {status: count}}``,
         in one query."""
         progress: dict[str, dict[str, int]] = {}
-        rows = self.filter(instance_id=instance.pk).values("name", "status").annotate(n=Count("id"))
+        # step.patched's markers are not steps, and may share a name with one.
+        rows = (self.filter(instance_id=instance.pk).exclude(kind=StepKind.PATCH)
+                .values("name", "status").annotate(n=Count("id")))
         for row in rows.order_by():
             progress.setdefault(row["name"], {})[row["status"]] = row["n"]
         return progress

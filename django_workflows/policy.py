@@ -169,3 +169,33 @@ def cpu_time_limit_of(workflow_class) -> timedelta:
         where = f"{workflow_class.__module__}.{workflow_class.__qualname__}.cpu_time_limit"
         return cpu_time_limit(own, where)
     return cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
+
+
+# The code version an instance is created under.
+
+MAX_VERSION = 100
+"""The longest version an instance records (``Instance.version``)."""
+
+
+def version_text(value, where: str) -> str:
+    """``value`` as a version: a string (or a whole number, written as one) of 1 to ``MAX_VERSION``
+    printable characters; a ``WorkflowConfigError`` naming ``where`` otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_VERSION or not value.isprintable():
+        _fail(where, f"must be a string of 1 to {MAX_VERSION} printable characters (or a whole number), "
+                     f"got {value!r}")
+    return value
+
+
+def version_of(workflow_class) -> str:
+    """The version a new instance of ``workflow_class`` records: the class's own ``version`` (what its
+    code says of itself) wins over the ``VERSION`` setting (what the deploy says of all the code); ""
+    when neither is set."""
+    own = getattr(workflow_class, "version", None)
+    if own is not None:
+        return version_text(own, f"{workflow_class.__module__}.{workflow_class.__qualname__}.version")
+    deployed = workflow_settings.VERSION
+    if deployed is not None:
+        return version_text(deployed, "DJANGO_WORKFLOWS['VERSION']")
+    return ""

@@ -112,10 +112,19 @@ class Replay(JournaledSteps):
         # How deep in atomic blocks the journal's connection was when run() began: a step called
         # deeper sits in a transaction run() opened, which a suspension would roll back.
         self.atomic_depth = 0
-        # The journal's step keys in the order they were first written, and how many steps this
-        # replay has called: the n-th step called must be the n-th journaled one.
+        # The journal's step keys in the order they were first written (step.patched's markers left
+        # out), and how many steps this replay has looked up: the n-th step called must be the n-th
+        # journaled one.
         self.journaled_order: list[str] | None = None
         self.steps_called = 0
+        # How many step keys run() has taken (an async run() takes them as it calls its steps, before
+        # they are looked up): where a step.patched stands among the steps.
+        self.keys_taken = 0
+        # step.patched's answers in this replay, by change id; the markers an async run() asked for
+        # while its event loop ran, written once it is idle (async_run), when markers_deferred.
+        self.patches: dict[str, bool] = {}
+        self.markers_deferred = False
+        self.pending_markers: list[dict] = []
         # The key of the step whose body is running: an interruption by its timeout may arrive
         # meanwhile, so the engine must not touch the journal until it returns.
         self.running_step: str | None = None
@@ -394,6 +403,17 @@ class Replay(JournaledSteps):
 
     def next_key(self, name) -> str:
         validate_step_name(name)
+        self.check_step_call(name)
+        count = self.occurrences.get(name, 0) + 1
+        key = f"{name}-{count}"
+        # Every step call is a step boundary: past its CPU time limit, the replay stops here.
+        self.check_cpu_time(key)
+        self.occurrences[name] = count
+        self.keys_taken += 1
+        return key
+
+    def check_step_call(self, name: str) -> None:
+        """Refuse a step (or a ``step.patched``) called where run() may not call one."""
         if self.fatal is not None:
             raise self.fatal
         if len(self.writer.connection.atomic_blocks) > self.atomic_depth:
@@ -411,12 +431,6 @@ class Replay(JournaledSteps):
                 "timeout at any point, and may run again)",
                 step=self.running_step,
             ))
-        count = self.occurrences.get(name, 0) + 1
-        key = f"{name}-{count}"
-        # Every step call is a step boundary: past its CPU time limit, the replay stops here.
-        self.check_cpu_time(key)
-        self.occurrences[name] = count
-        return key
 
     def fail_fatally(self, exc: WorkflowError):
         # Remembered, so the instance is errored even if run() catches it.
@@ -440,11 +454,10 @@ class Replay(JournaledSteps):
         position = self.steps_called
         self.steps_called += 1
         if self.journal:
-            if self.journaled_order is None:
-                # Rows are written in the order run() called the steps, and ids grow with each write.
-                self.journaled_order = [k for k, _ in sorted(self.journal.items(), key=lambda item: item[1].id)]
-            if position < len(self.journaled_order) and self.journaled_order[position] != key:
-                expected = self.journaled_order[position]
+            # step.patched's markers are not steps: they take no position (patches.py).
+            order = self.step_order()
+            if position < len(order) and order[position] != key:
+                expected = order[position]
                 self.fail_fatally(NonDeterminismError(
                     f"Instance {self.instance}: step {position + 1} of run() is {key!r}, but the journal has "
                     f"{expected!r} there (a step renamed, removed, inserted or reordered since the instance "

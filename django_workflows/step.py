@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django_workflows import atomic_steps, children, clock, concurrent_steps, rollbacks, waits
+from django_workflows import atomic_steps, children, clock, concurrent_steps, patches, rollbacks, waits
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.definition import WorkflowStepEvent
@@ -114,6 +114,21 @@ class WorkflowStep:
         created = self._replay.call(self._replay.do, name, create, None)
         return self._replay.call(self._replay.wait_for_child, children.wait_name(created), created)
 
+    def patched(self, change_id: str) -> bool:
+        """Whether this instance runs the code that the change ``change_id`` guards: True on new
+        instances and on those that had not reached this point when the change was deployed, False on
+        those that had passed it on the code before. The answer is journaled (a marker, not a step), so
+        every replay gets the same one. Not awaited, in ``async def run`` either. See
+        ``django_workflows.patches``."""
+        return self._replay.call(self._replay.patched, change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """The patch ``change_id`` is in every instance still running: the code takes the new path
+        without asking, and this keeps its marker journaled for new instances, which a worker still
+        running code with ``step.patched(change_id)`` (a rolling deploy) needs to take the new path too.
+        Once no such worker is left, remove the call: the markers journaled are then passed over."""
+        self._replay.call(self._replay.patched, change_id, deprecated=True)
+
     step_function_class = StepFunction
 
     def _run_do(self, name, fn, config):
@@ -187,7 +202,8 @@ class _Meter:
             self.cpu, self.wall = time.thread_time() - cpu, time.perf_counter() - wall
 
 
-class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, concurrent_steps.ConcurrentSteps, children.ChildSteps):
+class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, concurrent_steps.ConcurrentSteps,
+                     children.ChildSteps):
     """The replay's side of each step call: answered from the journal, or run and journaled.
 
     ``Replay`` is made of it, and keeps what these methods share: the journal, its writer, and the

@@ -52,6 +52,11 @@ class _Verification(Replay):
             raise self.suspended
         return entry
 
+    def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:
+        # A real replay would journal the marker and take the new path, as this one does: nothing is
+        # written, and the next step the journal has not finished stops it.
+        pass
+
 
 def verify(instance: Instance) -> Divergence | None:
     """Replay ``instance``'s journal against the registered code; None if it agrees."""

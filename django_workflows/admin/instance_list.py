@@ -3,6 +3,7 @@ bulk actions are steering's."""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlencode
 
 from django.contrib import admin
@@ -48,6 +49,39 @@ class WorkflowFilter(admin.SimpleListFilter):
         return queryset
 
 
+class VersionFilter(admin.SimpleListFilter):
+    """The code versions instances were created under (``Instance.version``): those of the workflow
+    chosen in the workflow filter, or of every workflow, newest-looking first."""
+
+    title = "version"
+    parameter_name = "version"
+    NONE = "(none)"
+    """The choice for instances created with no version; a version of that very text is listed as
+    itself, and this choice then finds both."""
+    SHOWN = 50
+
+    def lookups(self, request, model_admin):
+        rows = Instance.objects.order_by()
+        workflow = request.GET.get(WorkflowFilter.parameter_name)
+        if workflow:
+            rows = rows.for_workflow(workflow)
+        versions = sorted(set(rows.values_list("version", flat=True).distinct()), key=_natural, reverse=True)
+        return [(version or self.NONE, version or self.NONE) for version in versions[: self.SHOWN]]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        if value == self.NONE:
+            return queryset.filter(version__in=("", self.NONE))
+        return queryset.filter(version=value)
+
+
+def _natural(version: str) -> tuple:
+    """"10" after "9", "v1.10" after "v1.9": the runs of digits compared as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", version))
+
+
 class InstanceList:
     """The ModelAdmin's changelist, with the columns and the status bar of a workflows admin."""
 
@@ -62,7 +96,7 @@ class InstanceList:
         "updated",
     )
     list_display_links = ("instance_id",)
-    list_filter = (WorkflowFilter, "status", "created_at")
+    list_filter = (WorkflowFilter, VersionFilter, "status", "created_at")
     search_fields = ("instance_id",)
     list_per_page = 50
     empty_value_display = "—"

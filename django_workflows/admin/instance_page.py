@@ -26,7 +26,7 @@ from django_workflows.drawing.time_axis import human_duration, human_millisecond
 from django_workflows.drawing.timeline import render_timeline
 from django_workflows.durations import format_duration
 from django_workflows.errors import WorkflowError, WorkflowNotFound
-from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step
+from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step, StepKind
 from django_workflows.outline import diagram_for
 from django_workflows.policy import cpu_time_limit_of
 from django_workflows.templatetags.workflows_admin import status_badge_html
@@ -124,6 +124,7 @@ class InstancePage:
                 self._step_row(step, data) for step, data in zip(page_steps, described, strict=True)
             ],
             "timeline_svg": timeline,
+            "has_patch_markers": any(data["type"] == StepKind.PATCH for data in described),
             "diagram_svg": diagram_svg,
             "diagram_error": diagram_error,
             "buffered_events": buffered[:BUFFERED_SHOWN],
@@ -171,6 +172,10 @@ class InstancePage:
 
     @staticmethod
     def _step_row(step: Step, data: dict) -> dict:
+        if step.kind == StepKind.PATCH:
+            # A step.patched marker: one quiet line, with no "Restart from here" (it is not a step).
+            return {"step": step, "marker": True, "after_steps": data.get("after_steps"),
+                    "deprecated": bool((step.config or {}).get("deprecated"))}
         end = step.ended_at
         return {
             "step": step,

@@ -153,7 +153,10 @@ class AttemptSerializer(Described):
 class StepSerializer(Described):
     name = serializers.CharField()
     key = serializers.CharField()
-    type = serializers.ChoiceField(choices=["do", "sleep", "waitForEvent"])
+    type = serializers.ChoiceField(
+        choices=["do", "sleep", "waitForEvent", "patch"],
+        help_text="patch: not a step but the marker of a step.patched(change id), named after the change id, "
+                  "that run() took the patched code there.")
     status = serializers.CharField()
     start = MomentField(allow_null=True)
     end = MomentField(allow_null=True)
@@ -169,6 +172,8 @@ class StepSerializer(Described):
     until = MomentField(required=False, allow_null=True)
     deadline = MomentField(required=False, allow_null=True)
     next_attempt = MomentField(required=False, allow_null=True)
+    after_steps = serializers.IntegerField(
+        required=False, allow_null=True, help_text="A patch marker's place: how many steps run() had called.")
 
 
 class EventSerializer(Described):
@@ -184,6 +189,9 @@ class InstanceSummarySerializer(Described):
     id = serializers.CharField()
     workflow = serializers.CharField()
     status = serializers.CharField()
+    version = serializers.CharField(
+        allow_blank=True, help_text="The code version it was created under: its workflow's version attribute, "
+                                    "else the VERSION setting; empty when neither was set.")
     queued = MomentField()
     start = MomentField(allow_null=True)
     end = MomentField(allow_null=True)

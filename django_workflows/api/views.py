@@ -25,6 +25,7 @@ from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
 from django_workflows.models import Instance, InstanceStatus
+from django_workflows.policy import MAX_VERSION
 from django_workflows.validation import validate_event_type, validate_instance_id
 from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
@@ -164,6 +165,8 @@ class InstanceListView(WorkflowAPIView):
     @operation(
         operation_id="instances_list",
         parameters=[OpenApiParameter("status", str, enum=InstanceStatus.values, required=False),
+                    OpenApiParameter("version", str, required=False,
+                                     description="Only the instances created under this version."),
                     OpenApiParameter("page", int, required=False), OpenApiParameter("per_page", int, required=False)],
         responses={200: s.InstancePageSerializer, **errors(400, 401, 403, 404)},
     )
@@ -176,6 +179,12 @@ class InstanceListView(WorkflowAPIView):
                 raise exceptions.WorkflowAPIError(
                     f"Unknown status {wanted!r}; use one of {', '.join(InstanceStatus.values)}.", "invalid_status")
             rows = rows.filter(status=wanted)
+        version = request.query_params.get("version")
+        if version is not None:
+            if len(version) > MAX_VERSION or not version.isprintable():
+                raise exceptions.WorkflowAPIError(
+                    f"A version is at most {MAX_VERSION} printable characters, got {version[:100]!r}.")
+            rows = rows.filter(version=version)
         paginator = InstancePagination()
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response([instance_summary(row) for row in page])

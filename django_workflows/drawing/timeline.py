@@ -36,6 +36,8 @@ BAR_HEIGHT = 12
 # A wait's row grows by a line when the label of the event that ended it has no room beside the bar.
 LABEL_LINE = 14
 EVENT_LANE = 46
+# A step.patched marker is not a step: a thin row, a tick where run() took the patched code.
+PATCH_ROW_HEIGHT = 16
 MIN_BAR = 4
 
 
@@ -84,6 +86,9 @@ class Timeline:
         self.sender_by_step = {event["consumed_by"]: event for event in events if event.get("consumed_by")}
         self.row_tops = [AXIS_HEIGHT]
         for step in steps:
+            if step["type"] == "patch":
+                self.row_tops.append(self.row_tops[-1] + PATCH_ROW_HEIGHT)
+                continue
             placed = self.event_label(step)
             extra = LABEL_LINE if placed and placed[2] == "below" else 0
             self.row_tops.append(self.row_tops[-1] + ROW_HEIGHT + extra)
@@ -160,6 +165,9 @@ class Timeline:
         )
 
     def row(self, canvas: Canvas, index: int, step: dict) -> None:
+        if step["type"] == "patch":
+            self.patch_row(canvas, index, step)
+            return
         top = self.row_tops[index]
         middle = top + ROW_HEIGHT / 2
         number = self.first_number + index
@@ -194,6 +202,18 @@ class Timeline:
             self.sleep_row(canvas, step, middle)
         else:
             self.wait_row(canvas, step, middle)
+
+    def patch_row(self, canvas: Canvas, index: int, step: dict) -> None:
+        """A step.patched marker: a thin row with its key in small quiet type, and a tick on the axis
+        where run() first reached it and took the patched code."""
+        top, bottom = self.row_tops[index], self.row_tops[index + 1]
+        middle = (top + bottom) / 2
+        canvas.rect(0, top, WIDTH, bottom - top, class_="dw-row dw-row-patch")
+        label = f"{self.first_number + index}. {step['key']}"
+        title = f"{label} · not a step: run() took the code that step.patched guards from here"
+        canvas.text(26, middle + 3.5, fit(label, LABEL_WIDTH - 40), class_="dw-patch-label", title=title)
+        x = self.scale.x(step["start"])
+        canvas.line(x, top + 3, x, bottom - 3, class_="dw-patch-mark", title=f"{step['key']}: {self.at(step['start'])}")
 
     def do_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x

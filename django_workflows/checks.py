@@ -7,10 +7,10 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, router
 from django.db.models import Count
 
-from django_workflows import declared_events
+from django_workflows import declared_events, schedules
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEntrypoint, is_async_generator, registry
-from django_workflows.errors import WorkflowConfigError
+from django_workflows.errors import MissingExtra, WorkflowConfigError
 from django_workflows.policy import cpu_time_limit, validate_config, version_text
 from django_workflows.validation import is_event_type, is_workflow_name
 
@@ -207,6 +207,7 @@ def check_workflows(app_configs=None, **kwargs):
             ))
         if isinstance(getattr(cls, "events", None), dict) and not problems:
             messages.extend(_undeclared_waits(cls, where))
+        messages.extend(_schedule_problems(cls, where))
         if cls.run is WorkflowEntrypoint.run:
             messages.append(Error(
                 f"{where} does not define run(self, event, step).",
@@ -270,6 +271,43 @@ def sqlite_messages(alias: str, database: dict):
              "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;'.",
         id="django_workflows.W001",
     )]
+
+
+def _schedule_problems(cls, where: str) -> list[Error]:
+    """The class's cron schedules: croniter installed (E024), each expression (E021), the time zone
+    (E022) and the catch-up policy (E023). A schedule the check refuses is not run by the worker."""
+    if not schedules.declared_expressions(cls):
+        return []
+    try:
+        schedules.require_croniter(f"{where}.schedules")
+    except MissingExtra as exc:
+        return [Error(f"{exc} Until it is, no worker creates this workflow's scheduled instances.",
+                      hint="Install the [cron] extra, or remove the schedules.", id="django_workflows.E024")]
+    messages = []
+    for attribute, problem in schedules.problems(cls):
+        if attribute == "schedules":
+            messages.append(Error(
+                f"{where}.schedules: {problem}. No worker creates its scheduled instances until it is fixed.",
+                hint="Write 5 fields (minute hour day month weekday), 6 with seconds first, or an alias such "
+                     "as '@daily', e.g. schedules = ['0 9 * * mon-fri'].",
+                id="django_workflows.E021",
+            ))
+        elif attribute == "schedule_timezone":
+            messages.append(Error(
+                f"{where}.schedule_timezone: {problem}. No worker creates its scheduled instances until it is "
+                "fixed.",
+                hint="Give an IANA name such as 'Europe/Paris', or leave it out for 'UTC'.",
+                id="django_workflows.E022",
+            ))
+        else:
+            messages.append(Error(
+                f"{where}.schedule_catch_up: {problem}. No worker creates its scheduled instances until it is "
+                "fixed.",
+                hint="'latest' (the default) runs the most recent missed slot, 'all' every missed slot (at most "
+                     f"{schedules.MAX_CATCH_UP}), 'none' none.",
+                id="django_workflows.E023",
+            ))
+    return messages
 
 
 def _undeclared_waits(cls, where: str) -> list[Error]:

@@ -213,6 +213,40 @@ def format_workflow(description: dict) -> str:
     return head + "\n\n" + table(["STATUS", "INSTANCES"], list(map(list, description["instances"].items())))
 
 
+def _local_slot(moment: datetime, timezone: str) -> str:
+    from zoneinfo import ZoneInfo
+
+    return moment.astimezone(ZoneInfo(timezone)).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def format_schedules(described: list[dict], now: datetime) -> str:
+    """``workflows schedules``: one row per expression, its next slots in its own time zone."""
+    if not described:
+        return ("No workflow declares schedules. Give a workflow class schedules = ['0 9 * * mon-fri'] "
+                "(and schedule_timezone, schedule_catch_up).")
+    rows = []
+    problems = []
+    for entry in described:
+        if entry["error"]:
+            problems.append(f"{entry['workflow']} {entry['cron']!r}: {entry['error']}")
+            next_slots = "(not run: see below)"
+        else:
+            next_slots = ", ".join(_local_slot(slot, entry["timezone"]) for slot in entry["next"])
+        stored = entry["stored_next_slot"]
+        if stored is None:
+            state = "no worker has run it yet" if not entry["error"] else EMPTY
+        elif stored <= now:
+            state = f"due since {when(stored)}"
+        else:
+            state = f"last {when(entry['last_slot'])}"
+        rows.append([entry["workflow"], entry["cron"], entry["timezone"], entry["catch_up"], next_slots,
+                     state])
+    text = table(["WORKFLOW", "CRON", "TIMEZONE", "CATCH-UP", "NEXT SLOTS", "WORKERS"], rows)
+    if problems:
+        text += "\n\n" + "\n".join(problems)
+    return text
+
+
 def format_instance_list(workflow_name: str, summaries: list[dict], more: bool) -> str:
     if not summaries:
         return f"No instances of {workflow_name!r} match."

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -73,6 +73,10 @@ class WorkflowEntrypoint:
     on each instance created (``Instance.version``); without it, the ``VERSION``
     setting's is. Which code an old instance runs is decided by ``step.patched``,
     not by the version.
+    ``schedules`` lists cron expressions (``["0 9 * * mon-fri"]``): ``workflows_worker``
+    creates one instance per slot, in ``schedule_timezone`` (default "UTC"), and
+    after downtime follows ``schedule_catch_up`` ("latest", "all" or "none";
+    ``django_workflows.schedules``).
     Set ``abstract = True`` on a base class that is not a workflow itself.
     """
 
@@ -82,6 +86,9 @@ class WorkflowEntrypoint:
     approvals: ClassVar[Collection[str]] = frozenset()
     events: ClassVar[dict[str, dict[str, Any]] | None] = None
     version: ClassVar[str | int | None] = None
+    schedules: ClassVar[Sequence[str]] = ()
+    schedule_timezone: ClassVar[str] = "UTC"
+    schedule_catch_up: ClassVar[str] = "latest"
     abstract: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):

@@ -204,3 +204,44 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
                for name, page in (("steps", steps_page), ("events", events_page))},
         },
     }
+
+
+def describe_schedules(now: datetime, count: int = 3, workflow_name: str | None = None) -> list[dict]:
+    """Every cron schedule of the registered workflows (or of one), with its next ``count`` slots after
+    ``now`` and where the workers stand with it (``None`` until a worker has seen it). A schedule the
+    system check refuses is listed with its ``error`` and no slots; croniter missing raises
+    ``MissingExtra``."""
+    from django_workflows import schedules
+    from django_workflows.models import Schedule
+
+    classes = [registry.get(workflow_name)] if workflow_name is not None else registry.all()
+    classes = sorted((cls for cls in classes if schedules.declared_expressions(cls)),
+                     key=lambda cls: cls.name)
+    if classes:
+        schedules.require_croniter("Listing schedules")
+    stored = Schedule.objects.filter(workflow_name__in=[cls.name for cls in classes])
+    rows = {(row["workflow_name"], row["key"]): row
+            for row in stored.values("workflow_name", "key", "next_slot", "last_slot")}
+    described = []
+    for cls in classes:
+        timezone, catch_up = schedules.timezone_of(cls), schedules.catch_up_of(cls)
+        for expression in schedules.declared_expressions(cls):
+            entry = {"workflow": cls.name, "cron": expression, "timezone": timezone, "catch_up": catch_up,
+                     "id_prefix": None, "next": [], "stored_next_slot": None, "last_slot": None,
+                     "error": None}
+            try:
+                if catch_up not in schedules.CATCH_UP_POLICIES:
+                    raise schedules.InvalidSchedule(f"schedule_catch_up {catch_up!r} is not one of "
+                                                    f"{', '.join(schedules.CATCH_UP_POLICIES)}")
+                cron = schedules.CronSchedule(expression, timezone)
+            except schedules.InvalidSchedule as exc:
+                entry["error"] = str(exc)
+                described.append(entry)
+                continue
+            row = rows.get((cls.name, cron.key))
+            entry.update(cron=cron.expression, id_prefix=f"{schedules.ID_PREFIX}{cron.key}-",
+                         next=cron.upcoming(now, count),
+                         stored_next_slot=row["next_slot"] if row else None,
+                         last_slot=row["last_slot"] if row else None)
+            described.append(entry)
+    return described

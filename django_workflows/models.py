@@ -417,3 +417,32 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class Schedule(models.Model):
+    """Where one cron schedule of a workflow class stands: the oldest slot no worker has dealt with yet.
+
+    A worker that finds ``next_slot`` due locks the row, creates the slots' instances and moves
+    ``next_slot`` on, in one transaction: workers on any number of machines deal with each slot once, and
+    an idle worker asks nothing until the next slot it knows of comes due. Rows are made by the first
+    worker that runs with the schedule declared; one whose schedule is no longer declared is left alone."""
+
+    workflow_name = models.CharField(max_length=255)
+    key = models.CharField(max_length=32,
+                           help_text="The expression's and time zone's hash, as in its instance ids.")
+    cron = models.CharField(max_length=255)
+    timezone = models.CharField(max_length=64)
+    next_slot = models.DateTimeField(
+        help_text="The oldest slot not yet created (or skipped by the catch-up policy).")
+    last_slot = models.DateTimeField(null=True, blank=True,
+                                     help_text="The latest slot an instance was created for.")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workflow_name", "key"], name="dw_schedule_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name}: {self.cron} ({self.timezone})"

@@ -7,6 +7,7 @@ or its inbox. Nothing outside this package writes those columns.
 - ``steering``: creating instances; pause, resume, terminate, restart.
 - ``dispatch``: the wake-up loop's and the sweeper's claims, and reclaiming dead processes' leases.
 - ``retention``: deleting finished instances with their journal and inbox.
+- ``schedules``: cron schedules' rows, and the round that creates a schedule's due slots once.
 
 Times come from ``django_workflows.clock`` (the database's clock). A statement of the engine's own that
 fails raises ``control_flow.StoreError``, which user code cannot catch.

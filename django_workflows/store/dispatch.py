@@ -168,8 +168,12 @@ def reclaim_dead_leases(now: datetime | None = None) -> int:
 
 
 def tick() -> None:
-    """One round of timers and sweeping: the fallback that django-q2's scheduler runs under ``qcluster``."""
+    """One round of timers, schedules and sweeping: the fallback that django-q2's scheduler runs under
+    ``qcluster``."""
+    from django_workflows.store import schedules
+
     wake_due()
     reclaim_dead_leases()
     sweep()
+    schedules.tick(clock.now())
     purge_finished()

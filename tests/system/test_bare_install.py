@@ -66,6 +66,21 @@ import django_workflows.admin  # noqa: F401  (the admin needs no extra)
 print(json.dumps({"waited": waited, **order.status()}))
 """
 
+# A workflow with cron schedules, without the [cron] extra: the system check says which extra to install.
+SCHEDULED = """
+import json
+
+import django
+
+django.setup()
+from django_workflows import WorkflowEntrypoint, checks
+
+type("Nightly", (WorkflowEntrypoint,), {"schedules": ["0 3 * * *"], "run": lambda self, event, step: None})
+messages = [m for m in checks.check_workflows() if m.id.startswith("django_workflows.E02")]
+print(messages[0].msg if messages else "")
+print(json.dumps([m.id for m in messages]))
+"""
+
 
 def run(python: Path, cwd: Path, *args: str, executor: str = "django_workflows.executors.inline.InlineExecutor"):
     env = {key: value for key, value in os.environ.items()
@@ -82,7 +97,8 @@ def test_the_package_without_extras_runs_workflows_and_names_the_extra_each_part
                                 str(ROOT)], capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr
     probe = run(python, tmp_path, "-c", "import importlib.util as u, json; print(json.dumps("
-                "[m for m in ('rest_framework', 'drf_spectacular', 'django_q', 'psycopg', 'redis') if u.find_spec(m)]))")
+                "[m for m in ('rest_framework', 'drf_spectacular', 'django_q', 'psycopg', 'redis', 'croniter') "
+                "if u.find_spec(m)]))")
     assert json.loads(probe.stdout) == [], "the bare package brought an extra's library"
 
     project = tmp_path / "project"
@@ -102,6 +118,11 @@ def test_the_package_without_extras_runs_workflows_and_names_the_extra_each_part
     api = run(python, project, "-c", "import django; django.setup(); import django_workflows.api.urls")
     assert "pip install 'django-durable-workflows[api]'" in api.stderr
     assert "MissingExtra" in api.stderr
+
+    scheduled = run(python, project, "-c", SCHEDULED)
+    assert scheduled.returncode == 0, scheduled.stderr
+    assert json.loads(scheduled.stdout.splitlines()[-1]) == ["django_workflows.E024"]
+    assert "pip install 'django-durable-workflows[cron]'" in scheduled.stdout
 
     default_executor = "django_workflows.executors.q2.DjangoQExecutor"
     checked = run(python, project, "-m", "django", "check", executor=default_executor)

@@ -587,3 +587,16 @@ class Skewed(WorkflowEntrypoint):
             step.do(f"work {n}", body(f"work {n}"))
         step.sleep("nap", f"{event.payload['nap']} seconds")
         return step.do("after nap", body("after nap"))
+
+
+# Only in the worker processes of tests/system/test_schedules.py: a schedule declared here for every
+# process would have every test's workers create its instances.
+if __import__("os").environ.get("TEST_SCHEDULE_EVERY_SECOND"):
+
+    class EverySecond(WorkflowEntrypoint):
+        """Created by the workers' cron schedule, one instance a second."""
+
+        schedules = ["* * * * * *"]
+
+        def run(self, event, step):
+            return step.do("record", lambda: event.payload["scheduledTime"])

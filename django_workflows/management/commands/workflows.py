@@ -9,8 +9,14 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import audit, cli, declared_events, workflows
-from django_workflows.describe import describe_instance, describe_workflow, instance_summary, status_counts
+from django_workflows import audit, cli, clock, declared_events, workflows
+from django_workflows.describe import (
+    describe_instance,
+    describe_schedules,
+    describe_workflow,
+    instance_summary,
+    status_counts,
+)
 from django_workflows.errors import WorkflowError
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.transitions import TRANSITIONS
@@ -29,6 +35,15 @@ class Command(BaseCommand):
         describe = commands.add_parser("describe", parents=[output],
                                        help="A workflow: its class, step limit and instance counts.")
         describe.add_argument("name", metavar="NAME")
+
+        listed = commands.add_parser(
+            "schedules", parents=[output],
+            help="Cron schedules: each expression, its time zone, catch-up policy and next slots, and the last "
+                 "slot the workers created.")
+        listed.add_argument("name", metavar="NAME", nargs="?", default=None,
+                            help="Only this workflow's schedules (default: every workflow's).")
+        listed.add_argument("--count", type=cli.positive_int, default=3,
+                            help="How many next slots to show (default 3).")
 
         trigger = commands.add_parser("trigger", parents=[output],
                                       help="Create an instance and print its id.")
@@ -96,7 +111,8 @@ class Command(BaseCommand):
                    "send-event": self.instances_send_event}.get(options["action"], self.instances_transition)
         else:
             run = {"list": self.workflows_list, "describe": self.workflows_describe,
-                   "trigger": self.trigger, "verify": self.verify}[options["subcommand"]]
+                   "trigger": self.trigger, "verify": self.verify,
+                   "schedules": self.schedules}[options["subcommand"]]
         try:
             run(options)
         except WorkflowError as exc:
@@ -120,6 +136,12 @@ class Command(BaseCommand):
         handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"],
                                                        retention=retention or None)
         self.show(describe_instance(cli.instance_row(handle)), handle.id)
+
+    def schedules(self, options):
+        now = clock.now()
+        name = workflows.get(options["name"]).name if options["name"] else None
+        described = describe_schedules(now, options["count"], name)
+        self.show(described, cli.format_schedules(described, now))
 
     def verify(self, options):
         from django_workflows.verification import verify_unfinished

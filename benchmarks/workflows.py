@@ -133,3 +133,17 @@ class BenchNapper(WorkflowEntrypoint):
     def run(self, event, step):
         step.sleep("nap", "1 day")
         return step.do("after", time.time)
+
+
+def _scheduled_run(self, event, step):
+    return event.payload
+
+
+# BENCH_SCHEDULES=N declares N workflows with two cron schedules each (04:MM on 1 January and 1 July,
+# in Paris: not due while a benchmark runs), so that the idle cost (part 7) can be measured with
+# schedules declared: an idle worker should ask nothing more for them.
+for _n in range(int(__import__("os").environ.get("BENCH_SCHEDULES", "0"))):
+    type(f"BenchScheduled{_n}", (WorkflowEntrypoint,), {
+        "name": f"bench-scheduled-{_n}", "schedules": [f"{_n % 60} 4 1 1 *", f"{_n % 60} 4 1 7 *"],
+        "schedule_timezone": "Europe/Paris", "run": _scheduled_run, "__module__": __name__,
+    })

@@ -30,6 +30,11 @@ class DjangoWorkflowsConfig(AppConfig):
         discover()
         post_migrate.connect(install_fallback_schedule, sender=self)
 
+        # Spans and metrics, when opentelemetry-api is installed (the OPENTELEMETRY setting).
+        from django_workflows import telemetry
+
+        telemetry.install()
+
 
 def install_fallback_schedule(using=None, **kwargs):
     """Under a plain ``qcluster`` (no workflows_worker), django-q2's scheduler fires timers and sweeps

@@ -255,7 +255,8 @@ def _merged(suspensions: list[Suspend]) -> Suspend:
     types = []
     for suspension in suspensions:
         types += [t for t in suspension.waiting_for or () if t not in types]
-    return Suspend(step_key=earliest.step_key, wake_at=earliest.wake_at, waiting_for=types or None)
+    return Suspend(step_key=earliest.step_key, wake_at=earliest.wake_at, waiting_for=types or None,
+                   reason="event" if types else earliest.reason)
 
 
 class AsyncStepFunction(StepFunction):

@@ -104,6 +104,13 @@ def check_settings(app_configs=None, **kwargs):
             hint="The default is 30; None keeps finished instances for ever.",
             id="django_workflows.E017",
         ))
+    opentelemetry = workflow_settings.OPENTELEMETRY
+    if opentelemetry not in (None, True, False):
+        messages.append(Error(
+            f"DJANGO_WORKFLOWS['OPENTELEMETRY'] must be None, True or False, got {opentelemetry!r}.",
+            hint="None (the default) turns spans and metrics on when opentelemetry-api is installed.",
+            id="django_workflows.E025",
+        ))
     limit = workflow_settings.STEP_LIMIT
     if not _positive_int(limit) or limit > HARD_STEP_LIMIT:
         messages.append(Error(

@@ -87,6 +87,9 @@ DEFAULTS: dict[str, Any] = {
     # Seconds a probe task may go unanswered, with no replay finishing, before the worker
     # command restarts its django-q2 cluster as wedged.
     "WEDGE_SECONDS": 120,
+    # OpenTelemetry spans and metrics (django_workflows.telemetry): None, on if opentelemetry-api is
+    # installed; True, on, and an error (MissingExtra) if it is not; False, off.
+    "OPENTELEMETRY": None,
 }
 
 # The most a workflow class may raise its own step limit to.

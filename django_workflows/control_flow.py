@@ -14,12 +14,14 @@ class Suspend(BaseException):
     """The replay must stop and wait. A BaseException, so ``except Exception:`` never swallows it."""
 
     def __init__(self, *, step_key: str = "", wake_at: datetime | None = None, waiting_for=None,
-                 pause: bool = False):
+                 pause: bool = False, reason: str = ""):
         super().__init__(step_key)
         self.step_key = step_key
         self.wake_at = wake_at
         self.waiting_for = waiting_for
         self.pause = pause
+        # What it waits out ("sleep", "retry" or "event"), for the instance_waiting signal.
+        self.reason = reason
 
 
 class AttemptTimedOut(BaseException):

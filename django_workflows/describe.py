@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count
 
-from django_workflows import declared_events
+from django_workflows import declared_events, signals
 from django_workflows.definition import registry
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
@@ -82,9 +82,9 @@ def instance_summary(instance: Instance) -> dict:
     }
 
 
-REDACTED = "[redacted: sensitive output]"
-"""What the API, the CLI and the admin show for the result of a step whose config says
-``"sensitive": "output"``."""
+# What the API, the CLI and the admin show for the result of a step whose config says
+# ``"sensitive": "output"`` (as the engine's signals and log records do).
+REDACTED = signals.REDACTED
 
 
 def describe_step(step: Step) -> dict:

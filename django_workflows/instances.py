@@ -12,9 +12,9 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, router
 
-from django_workflows import clock, declared_events
+from django_workflows import clock, declared_events, lifecycle, signals
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.durations import parse_duration
@@ -149,7 +149,9 @@ class WorkflowHandle:
                 "pick another id, or get() the existing one.",
                 workflow=self.name, instance_id=instance.instance_id,
             ) from None
-        return InstanceHandle(instance)
+        handle = InstanceHandle(instance)
+        handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
+        return handle
 
     def create_batch(self, batch) -> list[InstanceHandle]:
         """Create up to 100 instances from ``[{"id": ..., "params": ..., "retention": ...}, ...]`` (each
@@ -171,8 +173,12 @@ class WorkflowHandle:
         ids = [instance.instance_id for instance in instances]
         if len(set(ids)) != len(ids):
             raise InvalidParams("The batch repeats an instance id; each id may appear once.")
-        rows = steering.insert_batch(self.name, instances)
-        return [InstanceHandle.from_row(self.name, instance_id, rows[instance_id]) for instance_id in ids]
+        rows, created = steering.insert_batch(self.name, instances)
+        handles = [InstanceHandle.from_row(self.name, instance_id, rows[instance_id]) for instance_id in ids]
+        for handle in handles:
+            if handle.id in created:
+                handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
+        return handles
 
     def get(self, id: str) -> InstanceHandle:  # noqa: A002
         """The instance with that id; a missing id is an ``InstanceNotFound``."""
@@ -212,6 +218,11 @@ class InstanceHandle:
     def _rows(self):
         return Instance.objects.filter(pk=self.pk)
 
+    def _announce(self, signal, level: int, message: str, *args, **kwargs) -> None:
+        """Send ``signal`` and log ``message`` once the change has committed."""
+        lifecycle.announce(signal, self.pk, self.id, self.workflow_name, level, message, *args,
+                           using=router.db_for_write(Instance), **kwargs)
+
     def _current_status(self) -> str:
         status = steering.status_of(self.pk)
         if status is None:
@@ -236,13 +247,20 @@ class InstanceHandle:
 
     def pause(self) -> None:
         """Pause: at once if no replay runs; otherwise after its current step (``waitingForPause``)."""
-        if not steering.pause(self.pk, clock.now()):
+        status = steering.pause(self.pk, clock.now())
+        if status is None:
             raise self._refuse("pause")
+        if status == InstanceStatus.PAUSED:
+            self._announce(signals.instance_paused, lifecycle.INFO, "paused", step_key="")
+        # Otherwise the replay running now pauses it at its next step, and says so.
 
     def resume(self) -> None:
         """Resume a paused instance (or withdraw a pause not yet taken effect)."""
-        if not steering.resume(self.pk, clock.now()):
+        status = steering.resume(self.pk, clock.now())
+        if status is None:
             raise self._refuse("resume")
+        if status == InstanceStatus.QUEUED:
+            self._announce(signals.instance_resumed, lifecycle.INFO, "resumed")
 
     def terminate(self, rollback: bool = False) -> None:
         """Stop the instance for good. A replay running now has its further writes refused.
@@ -252,6 +270,11 @@ class InstanceHandle:
         stop = steering.terminate_with_rollback if rollback else steering.terminate
         if not stop(self.pk, clock.now()):
             raise self._refuse("terminate")
+        if rollback:
+            # Terminated by the replay that runs the undos, which sends instance_terminated.
+            self._announce(None, lifecycle.INFO, "terminating: queued to roll back its steps")
+        else:
+            self._announce(signals.instance_terminated, lifecycle.INFO, "terminated", rollback=None)
 
     def restart(self, from_step: str | None = None, count: int = 1) -> None:
         """Run the instance again: from the top (its journal and consumed events are cleared, events
@@ -273,6 +296,9 @@ class InstanceHandle:
             )
         if not restarted:
             self._current_status()  # raises InstanceNotFound
+            return
+        self._announce(signals.instance_restarted, lifecycle.INFO, "restarted from %s",
+                       "the top" if from_key is None else f"step {from_key!r}", from_step=from_key)
 
     def send_event(self, type: str, payload: Any = None, *, sender: str = "",  # noqa: A002
                    delivery: str | None = None, idempotency_key: str | None = None) -> int:

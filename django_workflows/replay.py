@@ -15,11 +15,11 @@ import json
 import threading
 import time
 import traceback
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 
-from django_workflows import async_run, clock, declared_events, rollbacks
+from django_workflows import async_run, clock, declared_events, lifecycle, rollbacks, telemetry
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, registry
@@ -70,26 +70,35 @@ def replay(instance_pk: int) -> bool:
     the others return at once.
     """
     taken = time.monotonic()
-    instance = leases.take(instance_pk, str(leases.holder()), clock.now(), workflow_settings.LEASE_SECONDS)
+    now = clock.now()
+    instance = leases.take(instance_pk, str(leases.holder()), now, workflow_settings.LEASE_SECONDS)
     if instance is None:
         return False
-    signal_args = {"instance_pk": instance_pk, "epoch": instance.epoch, "workflow_name": instance.workflow_name}
-    replay_started.send(sender=Instance, started=time.time(), **signal_args)
-    outcome, current = "fenced", Replay(instance)
+    signal_args = {"instance_pk": instance_pk, "instance_id": instance.instance_id, "epoch": instance.epoch,
+                   "workflow_name": instance.workflow_name}
+    started = time.time()
+    if replay_started.receivers:
+        replay_started.send_robust(sender=Instance, started=started, **signal_args)
+    span = telemetry.start_replay(instance) if telemetry.ENABLED else None
+    outcome, current = "fenced", Replay(instance, now, span)
     try:
         with leases.keeper.hold(instance_pk, instance.epoch, taken) as current.writer.lease:
-            outcome = current.run()
-    except StoreError:
-        outcome = current.abandon()
+            # With OpenTelemetry on, the replay's span is the current one while run() runs.
+            outcome = current.run() if span is None else telemetry.run_in_span(span, current.run)
+    except StoreError as exc:
+        outcome = current.abandon(exc)
     finally:
         current.writer.close()
-        replay_finished.send(sender=Instance, outcome=outcome, released=current.released or time.time(),
-                             **signal_args)
+        if replay_finished.receivers:
+            replay_finished.send_robust(sender=Instance, outcome=outcome, started=started,
+                                        released=current.released or time.time(), **signal_args)
+        if span is not None:
+            telemetry.end_replay(span, outcome, current.failure)
     return True
 
 
 class Replay(JournaledSteps):
-    def __init__(self, instance: leases.Claim):
+    def __init__(self, instance: leases.Claim, started_at: datetime | None = None, span=None):
         # The replay's CPU time: this thread's from here on, and that of the step bodies that ran in
         # other threads (step.all). Waiting (I/O, sleeps, locks) is in neither.
         self.thread = threading.get_ident()
@@ -141,6 +150,18 @@ class Replay(JournaledSteps):
         # terminate(rollback=True) was asked: run() stops at the first unfinished step, the undos run.
         self.terminating = bool(instance.terminating)
         self.rolling_back = False
+        # When the lease was taken (the database's clock): how late a timer fired is measured from it.
+        self.started_at = started_at
+        # The replay's OpenTelemetry span, if it records (None with telemetry off, with no SDK configured,
+        # or when the sampler dropped it): each step attempt's span is its child.
+        self.span = span if span is not None and span.is_recording() else None
+        # What ended the replay in error (the instance's error, or a failed statement), for its span.
+        self.failure: BaseException | None = None
+        # Signals and log records of the instance's life; run inside a transaction (a test's, an inline
+        # replay in an atomic request), the signals wait for its commit.
+        self.report = lifecycle.Reporter(instance.pk, instance.instance_id, instance.workflow_name)
+        if self.writer.connection.in_atomic_block:
+            self.report.alias = self.writer.alias
 
     # The outcome of the whole replay.
 
@@ -150,13 +171,17 @@ class Replay(JournaledSteps):
             return self._run()
         except Fenced:
             # Terminated, restarted or taken over while this replay ran: its work is not ours to record.
+            self.report.fenced()
             return "fenced"
 
-    def abandon(self) -> str:
+    def abandon(self, error: StoreError | None = None) -> str:
         """A statement of the engine's own failed: give the lease back and let the wake-up loop replay
         the instance shortly. The connection is dropped first, whatever state the failure left it in.
         If the database cannot be reached for that either, the lease expires and the sweeper queues
         the instance again."""
+        if error is not None:
+            self.failure = error
+            self.report.abandoned(error)
         connection = self.writer.connection
         for pause in ABANDON_PAUSES:
             time.sleep(pause)
@@ -204,6 +229,7 @@ class Replay(JournaledSteps):
             instance_id=instance.instance_id,
             workflow_name=instance.workflow_name,
         )
+        self.report.started(instance.epoch, bool(self.journal))
         try:
             workflow = workflow_class()
             if inspect.iscoroutinefunction(workflow.run):
@@ -303,6 +329,7 @@ class Replay(JournaledSteps):
         if not self._finish(end, status=InstanceStatus.COMPLETE, output=encoded(text), ended_at=now, wake_at=None,
                             waiting_for=None, current_step=""):
             raise Fenced()
+        self.report.completed(output)
         return InstanceStatus.COMPLETE
 
     def undo_all(self, error: BaseException) -> dict:
@@ -349,6 +376,7 @@ class Replay(JournaledSteps):
         if not self._finish(end, status=InstanceStatus.TERMINATED, terminating=False, error=error, ended_at=clock.now(),
                             wake_at=None, waiting_for=None, current_step=""):
             raise Fenced()
+        self.report.terminated(outcome)
         return InstanceStatus.TERMINATED
 
     def errored(self, exc: BaseException, tb: str, rollback: dict | None = None) -> str:
@@ -361,6 +389,8 @@ class Replay(JournaledSteps):
         if not self._finish(end, status=InstanceStatus.ERRORED, error=error, traceback=storable_text(tb),
                             ended_at=now, wake_at=None, waiting_for=None):
             raise Fenced()
+        self.failure = exc
+        self.report.errored(exc, rollback)
         return InstanceStatus.ERRORED
 
     def await_registration(self) -> str:
@@ -375,29 +405,46 @@ class Replay(JournaledSteps):
         )
         if registry.import_errors:
             reason += f"; in this process {', '.join(sorted(registry.import_errors))} failed to import"
-        if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=clock.now() + UNREGISTERED_RECHECK,
-                            waiting_for=None, waiting_reason=reason, crash_count=self.instance.crash_count):
+        wake_at = clock.now() + UNREGISTERED_RECHECK
+        status = self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=wake_at, waiting_for=None,
+                              waiting_reason=reason, crash_count=self.instance.crash_count)
+        if not status:
             raise Fenced()
+        if status == InstanceStatus.PAUSED:
+            self.report.paused("")
+            return InstanceStatus.PAUSED
+        self.report.unregistered(wake_at)
         return InstanceStatus.WAITING
 
     def suspend(self, suspension: Suspend) -> str:
+        key = suspension.step_key
         if suspension.pause:
-            if not self._finish(status=InstanceStatus.PAUSED, current_step=suspension.step_key):
+            if not self._finish(status=InstanceStatus.PAUSED, current_step=key):
                 raise Fenced()
+            self.report.paused(key)
             return InstanceStatus.PAUSED
         if not suspension.waiting_for:
-            if not self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at, waiting_for=None,
-                                current_step=suspension.step_key):
+            # Paused instead if a pause was asked meanwhile: the release says which.
+            status = self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at,
+                                  waiting_for=None, current_step=key)
+            if not status:
                 raise Fenced()
-            return InstanceStatus.WAITING
-        self.released = time.time()
-        status = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for, self.costs(),
-                                                        wake_at=suspension.wake_at, current_step=suspension.step_key)
-        if status is None:
-            raise Fenced()
-        if status == InstanceStatus.QUEUED:
-            enqueue(self.pk)
-        return status
+        else:
+            self.released = time.time()
+            status = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for, self.costs(),
+                                                            wake_at=suspension.wake_at, current_step=key)
+            if status is None:
+                raise Fenced()
+            if status == InstanceStatus.QUEUED:
+                # An event it waits for was in the inbox already: replayed again at once.
+                enqueue(self.pk)
+                return status
+        if status == InstanceStatus.PAUSED:
+            self.report.paused(key)
+            return InstanceStatus.PAUSED
+        self.report.waiting(key, "event" if suspension.waiting_for else suspension.reason or "sleep",
+                            suspension.wake_at, suspension.waiting_for)
+        return InstanceStatus.WAITING
 
     # Bookkeeping shared by the steps.
 

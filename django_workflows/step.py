@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django_workflows import atomic_steps, children, clock, concurrent_steps, patches, rollbacks, waits
+from django_workflows import atomic_steps, children, clock, concurrent_steps, patches, rollbacks, telemetry, waits
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.definition import WorkflowStepEvent
@@ -37,6 +37,8 @@ from django_workflows.timeouts import call_with_timeout
 from django_workflows.validation import validate_step_name
 
 _ZERO = timedelta(0)
+# What fails a step at once, whatever retries its policy has left.
+_NOT_RETRIED = (NonRetryableError, StepResultError, SystemExit, KeyboardInterrupt)
 
 
 class WorkflowStep:
@@ -175,6 +177,9 @@ class Attempt(NamedTuple):
     """Seconds the body took, end to end."""
     thread: int | None
     """The thread that ran the body (``threading.get_ident()``)."""
+    trace: tuple | None = None
+    """The attempt's span and when its body ended (``time.time_ns()``), with OpenTelemetry on; ended by
+    ``run_do`` once the attempt's outcome (retried or not) is known."""
 
     def journaled(self, number: int) -> dict:
         """The attempt as ``Step.attempts`` keeps it (an error is added by the caller)."""
@@ -250,8 +255,10 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
             raise InvalidStepInput(f"step.do({name!r}, fn): fn must be callable, got {type(fn).__name__}")
         policy = default_policy() if config is None else build_policy(
             config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
-        if entry is not None and entry.wake_at is not None and entry.wake_at > clock.now():
-            raise Suspend(step_key=key, wake_at=entry.wake_at)
+        if entry is not None and entry.wake_at is not None:
+            if entry.wake_at > clock.now():
+                raise Suspend(step_key=key, wake_at=entry.wake_at, reason="retry")
+            self.report.timer_fired(key, name, "retry", entry.wake_at, self.started_at)
         return False, PendingDo(name, key, entry, fn, config, policy, undo, undo_config)
 
     def attempt(self, pending: PendingDo, number: int, journal=None, callers=None) -> Attempt:
@@ -265,9 +272,16 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
         if wants_context(body):
             body = functools.partial(body, ctx=self._context(pending.name, pending.key, number, pending.policy))
         meter = _Meter()
+        span = None if self.span is None else telemetry.start_attempt(self.span, self.instance, pending.key,
+                                                                      pending.name, number)
         try:
-            returned = call_with_timeout(functools.partial(meter.run, body),
-                                         pending.policy.timeout.total_seconds(), journal, callers)
+            if span is None:
+                returned = call_with_timeout(functools.partial(meter.run, body),
+                                             pending.policy.timeout.total_seconds(), journal, callers)
+            else:
+                # The body's own spans (its queries, its HTTP calls) are the attempt's children.
+                returned = telemetry.run_in_span(span, call_with_timeout, functools.partial(meter.run, body),
+                                                 pending.policy.timeout.total_seconds(), journal, callers)
             text, value = encode(returned, self.result_limit)
         except AttemptTimedOut:
             failure = StepTimeoutError(
@@ -278,7 +292,8 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
             failure = StepResultError(f"Step {pending.name!r} returned a value that {exc}", step=pending.key)
         except USER_FAILURES as exc:
             failure = exc
-        return Attempt(started, clock.now(), text, value, failure, meter.cpu, meter.wall, meter.thread)
+        return Attempt(started, clock.now(), text, value, failure, meter.cpu, meter.wall, meter.thread,
+                       None if span is None else (span, time.time_ns()))
 
     def run_do(self, pending: PendingDo, first: Attempt | None = None) -> object:
         """Run the pending step's attempts and journal them; ``first`` is an attempt already run (by
@@ -306,14 +321,20 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
                 self.count_cost(outcome)
             else:
                 outcome, first = first, None
+            started, ended, value, failure = outcome.started, outcome.ended, outcome.value, outcome.failure
+            retrying = (failure is not None and number < policy.max_attempts
+                        and not isinstance(failure, _NOT_RETRIED))
+            if outcome.trace is not None:
+                telemetry.end_attempt(*outcome.trace, "succeeded" if failure is None else
+                                      "retrying" if retrying else "failed", failure)
             if self.fatal is not None:
                 raise self.fatal
-            started, ended, value, failure = outcome.started, outcome.ended, outcome.value, outcome.failure
             attempt = outcome.journaled(number)
             if failure is None:
                 attempts.append(attempt)
                 if status is None:
                     status = self.journal_success(pending, attempts, outcome)
+                self.report.step_succeeded(key, name, StepKind.DO, number, value, policy.sensitive == "output")
                 if pending.undo is not None:
                     self._remember_undo(name, key, pending.undo, pending.undo_config, value, policy, number)
                 self.after_write(status, key)
@@ -322,14 +343,14 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
             error = describe_error(failure)
             attempt["error"] = {"name": error["name"], "message": error["message"]}
             attempts.append(attempt)
-            retryable = not isinstance(failure, (NonRetryableError, StepResultError, SystemExit, KeyboardInterrupt))
-            if retryable and number < policy.max_attempts:
+            if retrying:
                 delay = policy.delay_after(number)
                 if delay <= _ZERO:
                     # The next attempt would begin at once: a step boundary, where the CPU time limit
                     # applies. Past it, the attempts that ran are journaled before the replay stops.
                     exceeded = self.cpu_time_exceeded(key)
                     if exceeded is None:
+                        self.report.step_retrying(key, name, number, failure, None)
                         continue
                     self._write_attempts(entry, key, name, policy, attempts, started,
                                          status=StepStatus.RETRYING, error=error, wake_at=ended)
@@ -337,9 +358,11 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
                 wake_at = ended + delay
                 self._write_attempts(entry, key, name, policy, attempts, started,
                                      status=StepStatus.RETRYING, error=error, wake_at=wake_at)
-                raise Suspend(step_key=key, wake_at=wake_at)
+                self.report.step_retrying(key, name, number, failure, wake_at)
+                raise Suspend(step_key=key, wake_at=wake_at, reason="retry")
             status = self._write_attempts(entry, key, name, policy, attempts, started,
                                           status=StepStatus.FAILED, error=error, ended_at=ended)
+            self.report.step_failed(key, name, StepKind.DO, number, failure)
             rebuilt = rebuild_error(error)
             if status == InstanceStatus.WAITING_FOR_PAUSE:
                 raise Suspend(pause=True, step_key=key)

@@ -38,9 +38,11 @@ class WaitSteps:
                 return
             if entry.wake_at <= now:
                 _, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, ended_at=entry.wake_at)
+                self.report.timer_fired(key, name, "sleep", entry.wake_at, self.started_at)
+                self.report.step_succeeded(key, name, StepKind.SLEEP)
                 self.after_write(status, key)
                 return
-            raise Suspend(step_key=key, wake_at=entry.wake_at)
+            raise Suspend(step_key=key, wake_at=entry.wake_at, reason="sleep")
         if until is not None:
             wake_at = _as_wake_time(name, until)
             if wake_at < now:
@@ -56,11 +58,12 @@ class WaitSteps:
         if delta <= _ZERO:
             _, status = self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.SUCCEEDED,
                                            config=config, wake_at=wake_at, started_at=now, ended_at=now)
+            self.report.step_succeeded(key, name, StepKind.SLEEP)
             self.after_write(status, key)
             return
         self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.WAITING, config=config,
                            wake_at=wake_at, started_at=now)
-        raise Suspend(step_key=key, wake_at=wake_at)
+        raise Suspend(step_key=key, wake_at=wake_at, reason="sleep")
 
     # step.wait_for_event
 
@@ -115,9 +118,11 @@ class WaitSteps:
             )
             error = describe_error(timeout_error)
             _, status = self.writer.update(entry.id, status=StepStatus.FAILED, error=error, ended_at=deadline)
+            self.report.timer_fired(key, name, "timeout", deadline, self.started_at)
+            self.report.step_failed(key, name, StepKind.WAIT, None, timeout_error)
             self.after_write(status, key)
             raise timeout_error
-        raise Suspend(step_key=key, wake_at=deadline, waiting_for=types)
+        raise Suspend(step_key=key, wake_at=deadline, waiting_for=types, reason="event")
 
     def _consume(self, key, name, entry, types, deadline, delta) -> WorkflowStepEvent | None:
         """Take the oldest buffered event of ``types`` that arrived by ``deadline``, if there is one."""
@@ -136,8 +141,10 @@ class WaitSteps:
         if taken is None:
             return None
         event, status = taken
+        received = WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
+        self.report.step_succeeded(key, name, StepKind.WAIT, None, received)
         self.after_write(status, key)
-        return WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
+        return received
 
 
 def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:

@@ -19,7 +19,7 @@ from datetime import timedelta
 from django.db import DatabaseError, close_old_connections, connections, router
 from django.db.models import F
 
-from django_workflows import changes, clock
+from django_workflows import changes, clock, telemetry
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
 from django_workflows.store.dispatch import next_wake_time, reclaim_dead_leases, sweep, wake_due
@@ -186,6 +186,8 @@ class Worker:
 
     def run(self) -> None:
         self.install_signal_handlers()
+        # With OpenTelemetry on, this process reports how many instances are queued.
+        telemetry.observe_queue_depth()
         self.register()
         if self.cluster:
             try:

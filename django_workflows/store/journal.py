@@ -206,12 +206,12 @@ class JournalWriter:
         params += [step_id, self.instance_pk, self.epoch, self.instance_pk]
         return self._execute(sql, params)
 
-    def release(self, now: datetime, costs: Costs | None = None, **fields) -> bool:
+    def release(self, now: datetime, costs: Costs | None = None, **fields) -> str | None:
         """Give up the lease, add the replay's ``costs`` to the instance's totals and set its
-        ``fields``; False if the epoch moved on.
+        ``fields``; return the status it left, or None if the epoch moved on.
 
         ``status`` may be ``WAITING_UNLESS_PAUSE_ASKED``: a pause asked while the replay ran takes
-        effect now that it stops.
+        effect now that it stops (and the status returned is ``paused``).
         """
         status = fields.get("status")
         # A replay that did run() clears the reason an earlier one left for not running it.
@@ -230,13 +230,14 @@ class JournalWriter:
             params.append(self._value(column, value, _JSON_INSTANCE_COLUMNS))
         sql = (
             f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
-            f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s"
+            f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s RETURNING status"
         )
         params = [self._adapt_datetime(now), *params, self.instance_pk, self.epoch]
         with engine_statements():
             cursor = self._cursor()
             cursor.execute(sql, params)
-            return cursor.rowcount > 0
+            released = cursor.fetchall()
+        return released[0][0] if released else None
 
     def release_ending_child(self, parent_pk: int, end: dict, now: datetime, costs: Costs | None = None,
                              **fields) -> bool:
@@ -254,14 +255,15 @@ class JournalWriter:
                                    **fields) -> str | None:
         """Give up the lease, leaving the instance waiting for an event of ``types`` (or paused); return
         ``"queued"`` if such an event is in the inbox already (the caller enqueues the replay), the
-        status otherwise, or None if the epoch moved on.
+        status otherwise (``"waiting"`` or ``"paused"``), or None if the epoch moved on.
 
         One transaction: an event may have been sent between the replay's inbox check and this
         release; the row lock the release holds orders it after that sender, so the check here sees
         its event (and a later sender sees the instance waiting, ``inbox.deliver``)."""
         with engine_statements(), transaction.atomic(using=self.alias):
-            if not self.release(now, costs, status=WAITING_UNLESS_PAUSE_ASKED, waiting_for=types, **fields):
-                return None
+            status = self.release(now, costs, status=WAITING_UNLESS_PAUSE_ASKED, waiting_for=types, **fields)
+            if status != InstanceStatus.WAITING:
+                return status  # None (fenced), or paused: a pause was asked meanwhile
             if Event.objects.waiting_for(self.instance_pk, types).exists():
                 Instance.objects.filter(pk=self.instance_pk, status=InstanceStatus.WAITING).update(
                     status=InstanceStatus.QUEUED

@@ -44,9 +44,9 @@ def insert(instance: Instance) -> None:
         enqueue(instance.pk)
 
 
-def insert_batch(workflow_name: str, instances: list[Instance]) -> dict[str, int]:
+def insert_batch(workflow_name: str, instances: list[Instance]) -> tuple[dict[str, int], list[str]]:
     """Insert those of ``instances`` whose ids are new, queue their first replays, and return the primary
-    key of every id of the batch, new or not."""
+    key of every id of the batch, new or not, and the ids inserted."""
     ids = [instance.instance_id for instance in instances]
     with transaction.atomic(using=_alias()):
         existing = set(
@@ -61,33 +61,37 @@ def insert_batch(workflow_name: str, instances: list[Instance]) -> dict[str, int
         )
         for instance in new:
             enqueue(rows[instance.instance_id])
-    return rows
+    return rows, [instance.instance_id for instance in new]
 
 
 def status_of(pk: int) -> str | None:
     return _rows(pk).values_list("status", flat=True).first()
 
 
-def pause(pk: int, now: datetime) -> bool:
-    """At once if no replay runs; otherwise ``waitingForPause``, taken at the replay's next step."""
+def pause(pk: int, now: datetime) -> str | None:
+    """At once if no replay runs; otherwise ``waitingForPause``, taken at the replay's next step. Return
+    the status it left, or None if the instance could not be paused."""
     # The statuses come from the transitions table; only a running replay's own has to finish first.
     idle = [status for status in PAUSE.applies_to if status != InstanceStatus.RUNNING]
     if _rows(pk).filter(status__in=idle).update(status=InstanceStatus.PAUSED, updated_at=now):
-        return True
-    return bool(_rows(pk).filter(status=InstanceStatus.RUNNING).update(
-        status=InstanceStatus.WAITING_FOR_PAUSE, updated_at=now
-    ))
+        return InstanceStatus.PAUSED
+    if _rows(pk).filter(status=InstanceStatus.RUNNING).update(status=InstanceStatus.WAITING_FOR_PAUSE,
+                                                              updated_at=now):
+        return InstanceStatus.WAITING_FOR_PAUSE
+    return None
 
 
-def resume(pk: int, now: datetime) -> bool:
-    """Queue a paused instance again, or withdraw a pause not yet taken."""
+def resume(pk: int, now: datetime) -> str | None:
+    """Queue a paused instance again (``queued``), or withdraw a pause not yet taken (``running``); None
+    if there was neither."""
     with transaction.atomic(using=_alias()):
         if _rows(pk).filter(status=InstanceStatus.PAUSED).update(status=InstanceStatus.QUEUED, updated_at=now):
             enqueue(pk)
-            return True
-    return bool(_rows(pk).filter(status=InstanceStatus.WAITING_FOR_PAUSE).update(
-        status=InstanceStatus.RUNNING, updated_at=now
-    ))
+            return InstanceStatus.QUEUED
+    if _rows(pk).filter(status=InstanceStatus.WAITING_FOR_PAUSE).update(status=InstanceStatus.RUNNING,
+                                                                         updated_at=now):
+        return InstanceStatus.RUNNING
+    return None
 
 
 def terminate(pk: int, now: datetime) -> bool:

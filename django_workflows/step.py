@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from django_workflows import atomic_steps, children, clock, concurrent_steps, patches, rollbacks, telemetry, waits
+from django_workflows import (
+    atomic_steps,
+    children,
+    clock,
+    concurrent_steps,
+    patches,
+    rollbacks,
+    telemetry,
+    waits,
+)
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.definition import WorkflowStepEvent

@@ -8,6 +8,7 @@ from django_workflows.models import Instance, Step
 from tests.testapp.workflows import calls
 
 
+@pytest.mark.one_flavour("a property of the Suspend class: no workflow runs")
 def test_suspension_is_not_an_exception():
     assert issubclass(Suspend, BaseException) and not issubclass(Suspend, Exception)
 
@@ -62,6 +63,7 @@ def test_step_limit_setting(workflows_env, settings):
     assert "step limit of 2 steps" in instance.status()["error"]["message"]
 
 
+@pytest.mark.one_flavour("a property of the error class: no workflow runs")
 def test_step_limit_errors_are_workflow_errors():
     assert issubclass(StepLimitExceeded, Exception)
 
@@ -75,6 +77,7 @@ def test_event_is_read_only(workflows_env):
     }
 
 
+@pytest.mark.one_flavour("no class is registered under the name: run() is never called")
 def test_an_instance_of_a_workflow_that_no_longer_exists_waits_saying_why(workflows_env):
     instance = workflows.get("three-steps").create()
     Instance.objects.filter(pk=instance.pk).update(workflow_name="gone")
@@ -95,6 +98,7 @@ def test_a_replay_of_a_finished_instance_does_nothing(workflows_env):
     assert calls == {"a": 1, "b": 1, "c": 1}
 
 
+@pytest.mark.one_flavour("about taking the lease: with it unexpired the replay never reaches run()")
 @pytest.mark.parametrize("lease_expired", [True, False])
 def test_a_running_instance_is_taken_over_only_once_its_lease_expired(workflows_env, lease_expired):
     from datetime import timedelta

@@ -115,6 +115,8 @@ def test_a_provider_retry_signed_anew_is_stored_once_and_the_key_cannot_be_swapp
 
 # -- a broker that fails after the commit --------------------------------------------------------
 
+@pytest.mark.one_flavour("about the broker and the sweeper after an event's commit (seconds of Redis timeouts): "
+                         "run() only reaches its wait, as in the tests above, which run in both flavours")
 @pytest.mark.django_db(transaction=True)
 def test_a_broker_push_that_fails_after_the_commit_is_recovered_by_the_sweeper(settings, monkeypatch):
     """Redis refuses the replay's task (nothing listens on its port): the sender still gets its 202,
@@ -155,6 +157,7 @@ def test_a_broker_push_that_fails_after_the_commit_is_recovered_by_the_sweeper(s
 
 # -- through the real server ------------------------------------------------------------------------
 
+@pytest.mark.one_flavour("posts events through a live server to instances no replay runs here")
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_1000_concurrent_posts_of_100_keys_store_100_events(live_server):

@@ -115,6 +115,7 @@ def test_waits_for_events_do_not_count_toward_the_step_limit(workflows_env):
     assert instance.status() == {"status": "complete", "output": [1, 2], "error": None}
 
 
+@pytest.mark.one_flavour("reads a WorkflowEvent built by hand: no workflow runs")
 def test_the_event_reads_as_cloudflare_s_python_sdk_reads_it(workflows_env):
     from django_workflows.definition import WorkflowEvent
 

@@ -69,6 +69,7 @@ def test_bad_sleeps_and_waits_are_clear_errors(workflows_env, params, fragment):
     assert fragment in status["error"]["message"]
 
 
+@pytest.mark.one_flavour("calls the wake-time parser directly: no workflow runs")
 def test_sleep_until_a_naive_datetime_is_refused(workflows_env):
     from django_workflows.errors import InvalidStepInput
     from django_workflows.waits import _as_wake_time
@@ -210,6 +211,7 @@ def test_bad_events_are_refused_and_change_nothing(workflows_env, event_type, pa
     assert not Event.objects.exists()
 
 
+@pytest.mark.one_flavour("stores an event for an instance that is never replayed")
 def test_event_types_of_100_characters_are_accepted(workflows_env):
     instance = start("approval")
     instance.send_event(type="t" * 100, payload=None)

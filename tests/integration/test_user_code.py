@@ -187,6 +187,7 @@ def check_ids(cls) -> list[str]:
         registry.unregister(cls)
 
 
+@pytest.mark.one_flavour("about the system checks of async def run itself: no workflow runs")
 def test_an_async_run_passes_the_checks_and_an_async_generator_run_is_a_check_error():
     class AsyncRun(WorkflowEntrypoint):
         async def run(self, event, step):
@@ -201,12 +202,14 @@ def test_an_async_run_passes_the_checks_and_an_async_generator_run_is_a_check_er
     assert check_ids(AsyncGeneratorRun) == ["django_workflows.E012"]
 
 
+@pytest.mark.one_flavour("about the system checks of a class's name: no workflow runs")
 @pytest.mark.parametrize("name", ["my workflow!/x", "-leading-dash", "x" * 65, "", "tab\there"])
 def test_a_workflow_name_the_api_cannot_address_is_a_check_error(name):
     cls = type("BadName", (WorkflowEntrypoint,), {"name": name, "run": lambda self, event, step: None})
     assert check_ids(cls) == ["django_workflows.E007"]
 
 
+@pytest.mark.one_flavour("about the system checks of a class's name: no workflow runs")
 def test_a_workflow_name_of_64_characters_is_fine():
     cls = type("LongName", (WorkflowEntrypoint,), {"name": "x" * 64, "run": lambda self, event, step: None})
     assert check_ids(cls) == []
@@ -233,6 +236,7 @@ def test_a_step_name_with_control_characters_is_refused(workflows_env, name):
     assert not Step.objects.filter(instance_id=instance.pk).exists()
 
 
+@pytest.mark.one_flavour("runs manage.py check: no workflow runs")
 def test_check_runs_without_the_optional_settings(settings, db):
     del settings.ROOT_URLCONF
     call_command("check")

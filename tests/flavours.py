@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 FLAVOURS = ("sync", "async")
 
 # Calls on run's step parameter that return an awaitable in async def run.
-AWAITED_METHODS = frozenset({"do", "sleep", "sleep_until", "wait_for_event", "all", "rollback_all"})
+# (step.child, where the engine has it, too.)
+AWAITED_METHODS = frozenset({"do", "sleep", "sleep_until", "wait_for_event", "all", "rollback_all", "child"})
 # Calls on it that declare a step function (return a decorator): never awaited.
 DECLARING_METHODS = frozenset({"do", "with_rollback"})
 _FUTURE_FLAGS = 0
@@ -300,7 +301,7 @@ def use_flavour(flavour: str):
     from django_workflows import async_run
     from django_workflows.definition import registry
 
-    original_get, original_settled, original_drive = registry.get, async_run.Settled, async_run.drive
+    original_get, original_drive = registry.get, async_run.drive
     shadowed = vars(registry).get("get")  # a get set on the registry itself (another patch), if any
 
     def get(name):
@@ -311,28 +312,85 @@ def use_flavour(flavour: str):
             record.sync_only[name] = str(exc)
             return cls
 
-    class Tracked(original_settled):
-        __slots__ = ("awaited",)
+    def drive(*args, **kwargs):
+        record.async_runs += 1
+        return original_drive(*args, **kwargs)
 
-        def __init__(self, value):
-            super().__init__(value)
+    registry.get, async_run.drive = get, drive
+    untrack = _track_step_awaitables(async_run, record)
+    try:
+        yield record
+    finally:
+        untrack()
+        if shadowed is None:
+            del registry.get  # the class's method answers again
+        else:
+            registry.get = shadowed
+        async_run.drive = original_drive
+
+
+def _track_step_awaitables(async_run, record: FlavourRecord):
+    """Note in ``record`` each awaitable an async run's step call returns, and whether anything awaited
+    it; return what undoes the patch. Two designs of ``async_run`` are known: step calls that return an
+    awaitable already holding the step's outcome (``Settled``), and step calls that return a future of
+    the replay's own event loop (``EventLoopRun.call``), which run() awaits, gathers or waits for."""
+    if hasattr(async_run, "Settled"):
+        settled = async_run.Settled
+
+        class TrackedSettled(settled):
+            __slots__ = ("awaited",)
+
+            def __init__(self, value):
+                super().__init__(value)
+                self.awaited = False
+                record.awaitables.append(self)
+
+            def __await__(self):
+                self.awaited = True
+                return settled.__await__(self)
+
+        async_run.Settled = TrackedSettled
+
+        def untrack():
+            async_run.Settled = settled
+
+        return untrack
+
+    import asyncio
+
+    loop_run, call = async_run.EventLoopRun, async_run.EventLoopRun.call
+
+    class TrackedFuture(asyncio.Future):
+        def __init__(self, *, loop):
+            super().__init__(loop=loop)
             self.awaited = False
             record.awaitables.append(self)
 
         def __await__(self):
             self.awaited = True
-            return original_settled.__await__(self)
+            return super().__await__()
 
-    def drive(coroutine):
-        record.async_runs += 1
-        return original_drive(coroutine)
+        __iter__ = __await__
 
-    registry.get, async_run.Settled, async_run.drive = get, Tracked, drive
-    try:
-        yield record
-    finally:
-        if shadowed is None:
-            del registry.get  # the class's method answers again
-        else:
-            registry.get = shadowed
-        async_run.Settled, async_run.drive = original_settled, original_drive
+        def add_done_callback(self, fn, *, context=None):
+            self.awaited = True  # awaited by a task, or taken by asyncio.gather, wait or as_completed
+            return super().add_done_callback(fn, context=context)
+
+        @property
+        def value(self):
+            return self.result() if self.done() and not self.cancelled() and not self.exception() else self
+
+    def tracked_call(self, *args, **kwargs):
+        loop = self.loop
+        loop.create_future = lambda: TrackedFuture(loop=loop)
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            del loop.create_future
+
+    loop_run.call = tracked_call
+
+    def untrack():
+        loop_run.call = call
+
+    return untrack

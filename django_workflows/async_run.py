@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 
+from django.core.exceptions import SynchronousOnlyOperation
+
 from django_workflows.children import ChildWait, is_child_creator, wait_name
 from django_workflows.concurrent_steps import parse_calls
 from django_workflows.control_flow import Suspend, Terminating
@@ -99,7 +101,7 @@ class EventLoopRun:
                 self._run_until_idle()
                 replay.write_pending_markers()
                 if main.done():
-                    return main.result()
+                    return _outcome(main)
                 waiting = self.called = [called for called in self.called if not called.future.done()]
                 if self.replay.suspended is not None:
                     # Suspended: run() may only unwind now (a step it calls waits with the rest).
@@ -124,7 +126,9 @@ class EventLoopRun:
             if called.entry is _UNEXAMINED:
                 try:
                     called.entry = self.replay.lookup(called.key, called.kind)
-                except Terminating as stop:
+                except (Terminating, *USER_FAILURES) as stop:
+                    # Raised in run() at the step, as def run meets it: a stop, or a NonDeterminismError
+                    # (the instance errors all the same; run()'s except and finally clauses run first).
                     self._raise_into([called], stop)
                     return True
         journaled = [called for called in waiting if called.parked is None and called.journaled()]
@@ -242,6 +246,20 @@ class EventLoopRun:
             if future.done() and not future.cancelled():
                 future.exception()  # retrieved: no "exception never retrieved" in the log
         loop.close()
+
+
+def _outcome(main: asyncio.Task):
+    """What run() returned; what it raised, raised again, Django's refusal of a database call made
+    outside a step explained."""
+    try:
+        return main.result()
+    except SynchronousOnlyOperation as exc:
+        raise WorkflowConfigError(
+            "async def run() used the database outside a step (a query, or transaction.atomic()), which "
+            "Django refuses in an event loop. What reads or writes the database belongs in a step, where it "
+            "is journaled: step.do(name, fn) with fn doing it (fn may open transaction.atomic() itself, or "
+            "use atomic=True)."
+        ) from exc
 
 
 def _merged(suspensions: list[Suspend]) -> Suspend:

@@ -7,7 +7,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, router
 from django.db.models import Count
 
-from django_workflows import declared_events, schedules
+from django_workflows import declared_events, limits, schedules
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEntrypoint, is_async_generator, registry
 from django_workflows.errors import MissingExtra, WorkflowConfigError
@@ -215,6 +215,7 @@ def check_workflows(app_configs=None, **kwargs):
         if isinstance(getattr(cls, "events", None), dict) and not problems:
             messages.extend(_undeclared_waits(cls, where))
         messages.extend(_schedule_problems(cls, where))
+        messages.extend(_limit_problems(cls, where))
         if cls.run is WorkflowEntrypoint.run:
             messages.append(Error(
                 f"{where} does not define run(self, event, step).",
@@ -314,6 +315,29 @@ def _schedule_problems(cls, where: str) -> list[Error]:
                      f"{schedules.MAX_CATCH_UP}), 'none' none.",
                 id="django_workflows.E023",
             ))
+    return messages
+
+
+def _limit_problems(cls, where: str) -> list[Error]:
+    """The class's ``concurrency`` (E026) and ``rate_limit`` (E027). A value refused here is not applied."""
+    messages = []
+    try:
+        limits.parse_concurrency(getattr(cls, "concurrency", None), f"{where}.concurrency")
+    except WorkflowConfigError as exc:
+        messages.append(Error(
+            f"{exc}. Until it is fixed, no concurrency limit applies to its instances.",
+            hint="concurrency = 10 runs at most 10 instances of the workflow at once, across every worker.",
+            id="django_workflows.E026",
+        ))
+    try:
+        limits.parse_rate_limit(getattr(cls, "rate_limit", None), f"{where}.rate_limit")
+    except WorkflowConfigError as exc:
+        messages.append(Error(
+            f"{exc}. Until it is fixed, no rate limit applies to its instances.",
+            hint="rate_limit = '100/minute' starts at most 100 instances in any minute ('/second' and "
+                 "'/hour' too).",
+            id="django_workflows.E027",
+        ))
     return messages
 
 

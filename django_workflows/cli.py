@@ -191,6 +191,18 @@ def format_workflow_list(counts: dict[str, dict[str, int]]) -> str:
     return table(["WORKFLOW", "TOTAL", *statuses], rows)
 
 
+def _limit_fields(limits: dict | None) -> list[tuple[str, str]]:
+    if not limits:
+        return []
+    shown = []
+    if limits["concurrency"] is not None:
+        shown.append(("Concurrency limit", f"{limits['concurrency']} ({limits['running']} running, "
+                                           f"{limits['queued']} queued)"))
+    if limits["rate_limit"] is not None:
+        shown.append(("Rate limit", f"{limits['rate_limit']} ({limits['recent_starts']} in the window)"))
+    return shown
+
+
 def format_workflow(description: dict) -> str:
     limit = description["step_limit"]
     if limit is None:
@@ -208,6 +220,7 @@ def format_workflow(description: dict) -> str:
         ("Description", description["description"] or EMPTY),
         ("Step limit", limit),
         ("CPU time limit", cpu_limit),
+        *_limit_fields(description.get("limits")),
         ("Instances", sum(description["instances"].values())),
     ])
     return head + "\n\n" + table(["STATUS", "INSTANCES"], list(map(list, description["instances"].items())))

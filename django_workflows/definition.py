@@ -77,6 +77,9 @@ class WorkflowEntrypoint:
     creates one instance per slot, in ``schedule_timezone`` (default "UTC"), and
     after downtime follows ``schedule_catch_up`` ("latest", "all" or "none";
     ``django_workflows.schedules``).
+    ``concurrency`` bounds how many of its instances run at once across every worker (the others
+    stay queued, oldest first); ``rate_limit`` ("100/minute", per second, minute or hour) bounds its
+    starts in any sliding window of that length (``django_workflows.limits``).
     Set ``abstract = True`` on a base class that is not a workflow itself.
     """
 
@@ -89,6 +92,8 @@ class WorkflowEntrypoint:
     schedules: ClassVar[Sequence[str]] = ()
     schedule_timezone: ClassVar[str] = "UTC"
     schedule_catch_up: ClassVar[str] = "latest"
+    concurrency: ClassVar[int | None] = None
+    rate_limit: ClassVar[str | None] = None
     abstract: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):

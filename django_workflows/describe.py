@@ -13,11 +13,12 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count
 
-from django_workflows import declared_events, signals
+from django_workflows import clock, declared_events, limits, signals
 from django_workflows.definition import registry
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
 from django_workflows.policy import cpu_time_limit_of
+from django_workflows.store import leases
 
 
 def status_counts(workflow_name: str | None = None) -> dict[str, dict[str, int]]:
@@ -44,6 +45,30 @@ def describe_workflow(name: str) -> dict:
         "cpu_time_limit_ms": _own_cpu_time_limit(cls),
         "instances": status_counts(name)[name],
         "events": _declared_events(name),
+        "limits": describe_limits(cls),
+    }
+
+
+def describe_limits(cls) -> dict | None:
+    """The workflow's concurrency and rate limits and where it stands against them, or None when it
+    declares none. ``running`` counts the instances holding a slot (a live lease: a replay running, or
+    one finishing its step before a pause); ``queued``, those waiting for a replay (for a slot, when at
+    the limit); ``recent_starts``, the first replays within the rate limit's window. Values that checks
+    E026/E027 refuse count as not declared."""
+    own = limits.limits_of(cls)
+    if own is None:
+        return None
+    now = clock.now()
+    counts = leases.slot_counts(cls.name, now)
+    recent = None
+    if own.rate is not None:
+        recent = Instance.objects.filter(workflow_name=cls.name, started_at__gt=now - own.rate.period).count()
+    return {
+        "concurrency": own.concurrency,
+        "rate_limit": str(own.rate) if own.rate is not None else None,
+        "running": counts["running"],
+        "queued": counts["queued"],
+        "recent_starts": recent,
     }
 
 

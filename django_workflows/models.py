@@ -188,12 +188,17 @@ class Instance(models.Model):
         ]
         indexes = [
             # The status leads, although the condition fixes it, so that SQLite's planner, which has
-            # no statistics until ANALYZE, picks this index over dw_instance_by_status for the
+            # no statistics until ANALYZE, picks this index over dw_instance_by_age for the
             # wake-up queries (status = 'waiting' ... ORDER BY wake_at) instead of sorting every row.
             models.Index(
                 fields=["status", "wake_at"], name="dw_instance_wake", condition=Q(status=InstanceStatus.WAITING)
             ),
-            models.Index(fields=["workflow_name", "status"], name="dw_instance_by_status"),
+            # A workflow's instances by status, oldest first: the admin's lists, and for a workflow with a
+            # concurrency limit, the claim's count of the instances holding a slot or queued before
+            # the one it takes, and the hand-on's oldest queued instances.
+            models.Index(fields=["workflow_name", "status", "created_at"], name="dw_instance_by_age"),
+            # A workflow's starts, most recent first: the claim's check of its rate limit.
+            models.Index(fields=["workflow_name", "started_at"], name="dw_instance_starts"),
             # The admin's filter by version: the versions a workflow's instances were created under, and
             # its instances of one of them.
             models.Index(fields=["workflow_name", "version"], name="dw_instance_version"),

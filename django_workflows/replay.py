@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import threading
 import time
 import traceback
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 
-from django_workflows import async_run, clock, declared_events, lifecycle, rollbacks, telemetry
+from django_workflows import async_run, clock, declared_events, lifecycle, limits, rollbacks, telemetry
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, registry
@@ -60,6 +61,7 @@ ABANDONED_REPLAY_DELAY = timedelta(seconds=2)
 # enough not to spin while the deploy finishes, short enough that the new workers pick it up soon.
 UNREGISTERED_RECHECK = timedelta(seconds=30)
 ABANDON_PAUSES = (0.0, 0.5, 2.0)
+logger = logging.getLogger("django_workflows.replay")
 
 
 def replay(instance_pk: int) -> bool:
@@ -94,7 +96,24 @@ def replay(instance_pk: int) -> bool:
                                         released=current.released or time.time(), **signal_args)
         if span is not None:
             telemetry.end_replay(span, outcome, current.failure)
+        _hand_on(instance.workflow_name)
     return True
+
+
+def _hand_on(workflow_name: str) -> None:
+    """A replay of a workflow with a concurrency limit gave its slot back (ended, suspended, paused,
+    abandoned, or was fenced): queue the oldest instances waiting for a slot, one per free slot. No timer
+    and no polling: this is how a queued instance refused by the limit gets its next replay. Nothing for
+    a workflow without one."""
+    own = limits.limited().get(workflow_name)
+    if own is None or own.concurrency is None:
+        return
+    try:
+        for pk in leases.hand_on(workflow_name, own.concurrency, clock.now()):
+            enqueue(pk)
+    except DatabaseError:
+        # The sweeper hands on every limited workflow's free slots at each round.
+        logger.warning("could not hand on the free slots of workflow %r", workflow_name, exc_info=True)
 
 
 class Replay(JournaledSteps):

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from django_workflows.definition import registry
-from django_workflows.describe import describe_workflow, status_counts
+from django_workflows.describe import describe_limits, describe_workflow, status_counts
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.outline import diagram_for
@@ -37,6 +37,7 @@ class WorkflowPages:
                     "description": (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else "",
                     "url": reverse("admin:django_workflows_instance_workflow", args=[name]),
                     "counts": self._count_badges(name, counts.get(name, {})),
+                    "limits": describe_limits(cls),
                 }
             )
         return TemplateResponse(

@@ -286,6 +286,19 @@ class DeclaredEventSerializer(Described):
     schema = serializers.JSONField(allow_null=True, help_text="The JSON Schema its payload must match.")
 
 
+class WorkflowLimitsSerializer(Described):
+    concurrency = serializers.IntegerField(
+        allow_null=True, help_text="How many instances may run at once, across every worker; null: no limit.")
+    rate_limit = serializers.CharField(
+        allow_null=True, help_text="Starts allowed in any sliding window, such as '100/minute'; null: no limit.")
+    running = serializers.IntegerField(
+        help_text="Instances holding a slot now: a replay running with a live lease (sleeping and waiting "
+                  "instances hold none).")
+    queued = serializers.IntegerField(help_text="Instances waiting for a replay (for a slot, at the limit).")
+    recent_starts = serializers.IntegerField(
+        allow_null=True, help_text="First replays within the rate limit's window; null without a rate limit.")
+
+
 class WorkflowSerializer(Described):
     name = serializers.CharField()
     class_name = serializers.CharField()
@@ -297,6 +310,8 @@ class WorkflowSerializer(Described):
     instances = serializers.DictField(child=serializers.IntegerField())
     events = DeclaredEventSerializer(many=True, allow_null=True,
                                      help_text="The event types it accepts; null when it accepts any.")
+    limits = WorkflowLimitsSerializer(allow_null=True,
+                                      help_text="Its concurrency and rate limits; null when it declares none.")
 
 
 class EventAcceptedSerializer(Described):

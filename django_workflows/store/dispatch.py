@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from django.db import connections, router, transaction
 from django.db.models import Case, Value, When
 
-from django_workflows import clock
+from django_workflows import clock, limits
 from django_workflows.conf import workflow_settings
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus
@@ -96,10 +96,16 @@ def sweep(now: datetime | None = None) -> int:
             ):
                 enqueue(pk)
                 redispatched += 1
+    slotted = sorted(name for name, own in limits.limited().items() if own.concurrency is not None)
     with transaction.atomic(using=alias):
         before = now - timedelta(seconds=workflow_settings.REDISPATCH_SECONDS)
+        # The queued instances of a workflow with a concurrency limit may wait for a slot for a long
+        # time, with no replay on its way: not lost ones. They are handed on below instead.
+        queued = Instance.objects.stale_queued(before)
+        if slotted:
+            queued = queued.exclude(workflow_name__in=slotted)
         stale = list(
-            Instance.objects.stale_queued(before).select_for_update(skip_locked=True)
+            queued.select_for_update(skip_locked=True)
             .values_list("pk", flat=True)[: workflow_settings.WAKE_BATCH]
         )
         if stale:
@@ -107,6 +113,15 @@ def sweep(now: datetime | None = None) -> int:
             for pk in stale:
                 enqueue(pk)
             redispatched += len(stale)
+    # The safety net of the hand-on at the end of each replay (a replay whose hand-on failed, a lost
+    # task, a slot freed by a lease that expired): the oldest queued instances of each workflow with a
+    # concurrency limit, one per free slot. One statement per such workflow, none without limits.
+    for name in slotted:
+        with transaction.atomic(using=alias):
+            handed = leases.hand_on(name, limits.limited()[name].concurrency, now)
+            for pk in handed:
+                enqueue(pk)
+        redispatched += len(handed)
     return redispatched
 
 

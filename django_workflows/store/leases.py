@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models.expressions import RawSQL
 
-from django_workflows import clock, rows
+from django_workflows import clock, limits, rows
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, Step
 
@@ -305,7 +305,35 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | Non
     deliveries arrive, and its RETURNING reads what the replay needs. Taking over
     a lease that expired means the last replay died without finishing: a crash, counted toward
     poison unless that replay journaled a finished step (``crash_counted_sql``).
+
+    When workflows registered here declare a concurrency or rate limit, that statement leaves their
+    instances out, and only an instance it did not take goes on to ``_take_limited``: a workflow without
+    limits still costs one statement.
     """
+    limited = limits.limited()
+    if not limited:
+        return _take(instance_pk, owner, now, lease_seconds)
+    names = sorted(limited)
+    claim = _take(instance_pk, owner, now, lease_seconds,
+                  f"workflow_name NOT IN ({', '.join(['%s'] * len(names))})", names)
+    if claim is not None:
+        return claim
+    return _take_limited(instance_pk, owner, now, lease_seconds, limited)
+
+
+def _runnable(ops, table: str = "") -> str:
+    """The claim's condition on the status: queued or waiting, or leased with the lease expired."""
+    prefix = f"{table}." if table else ""
+    return (f"({prefix}status IN (%s, %s) OR ({prefix}status IN (%s, %s) AND {prefix}lease_expires_at < %s))")
+
+
+def _runnable_params(stamp) -> list:
+    running, pausing = InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value
+    return [InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value, running, pausing, stamp]
+
+
+def _take(instance_pk: int, owner: str, now, lease_seconds: float, condition: str = "",
+          condition_params=()) -> Claim | None:
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     ops = connection.ops
@@ -318,7 +346,7 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | Non
         "ELSE crash_count END, "
         "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, "
         "started_at = COALESCE(started_at, %s), updated_at = %s "
-        "WHERE id = %s AND (status IN (%s, %s) OR (status IN (%s, %s) AND lease_expires_at < %s)) "
+        f"WHERE id = %s AND {_runnable(ops)}{f' AND {condition}' if condition else ''} "
         f"RETURNING {', '.join(ops.quote_name(c) for c in _CLAIMED_COLUMNS)}"
     )
     running, pausing = InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value
@@ -328,7 +356,7 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | Non
         running, pausing,
         owner, ops.adapt_datetimefield_value(now + timedelta(seconds=lease_seconds)),
         stamp, stamp,
-        instance_pk, InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value, running, pausing, stamp,
+        instance_pk, *_runnable_params(stamp), *condition_params,
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -336,3 +364,119 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | Non
     if row is None:
         return None
     return Claim(*rows.reader(connection, Instance, _CLAIMED_COLUMNS).decode(row, connection))
+
+
+# -- limits ------------------------------------------------------------------------------------------
+
+# Why a deferred instance waits, as the admin, the API and the CLI show it.
+RATE_LIMITED_REASON = "rate limit {rate} of workflow {name!r} reached: starts when the window allows"
+
+
+def holds_slot_sql(table: str) -> str:
+    """The condition under which an instance of ``table`` holds one of its workflow's concurrency slots:
+    a live lease (running, or finishing its step before a pause). Queued, waiting (sleeping, waiting for an
+    event or a retry) and paused instances hold none, nor does a lease that expired (its worker died)."""
+    return f"({table}.status IN (%s, %s) AND {table}.lease_expires_at >= %s)"
+
+
+def _holds_slot_params(stamp) -> list:
+    return [InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value, stamp]
+
+
+def _take_limited(instance_pk: int, owner: str, now, lease_seconds: float,
+                  limited: dict[str, limits.WorkflowLimits]) -> Claim | None:
+    """Take the lease of an instance of a workflow with limits, within them.
+
+    One transaction, serialized per workflow: on PostgreSQL an advisory transaction lock keyed by the
+    workflow's name (taken by the statement that reads the name), so that two claims cannot both see
+    the last free slot; on SQLite the transaction's ``BEGIN IMMEDIATE`` serializes every writer already.
+    The rate limit: a first replay past it sets the instance waiting until the window allows, and the
+    wake-up loop hands it on then. The concurrency limit: the claim takes the lease only while the
+    instances of the workflow that hold a slot, together with those queued before this one, are fewer
+    than the limit; refused, the instance stays queued, and the replay that next frees a slot queues it
+    (``hand_on``).
+    """
+    alias = router.db_for_write(Instance)
+    connection = connections[alias]
+    ops = connection.ops
+    table = ops.quote_name(Instance._meta.db_table)
+    stamp = ops.adapt_datetimefield_value(now)
+    names = sorted(limited)
+    in_names = ", ".join(["%s"] * len(names))
+    postgresql = connection.vendor == "postgresql"
+    lock = ", pg_advisory_xact_lock(hashtextextended(%s || workflow_name, 0))" if postgresql else ""
+    with transaction.atomic(using=alias), connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT workflow_name, started_at{lock} FROM {table} "
+            f"WHERE id = %s AND workflow_name IN ({in_names}) AND {_runnable(ops)}",
+            [*([_LOCK_PREFIX] if postgresql else []), instance_pk, *names, *_runnable_params(stamp)],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return None  # not runnable (a duplicate delivery), or not limited here
+        name, started_at = row[0], row[1]
+        own = limited[name]
+        if own.rate is not None and started_at is None:
+            cursor.execute(
+                f"SELECT started_at FROM {table} WHERE workflow_name = %s AND started_at > %s "
+                "ORDER BY started_at DESC LIMIT 1 OFFSET %s",
+                [name, ops.adapt_datetimefield_value(now - own.rate.period), own.rate.count - 1],
+            )
+            full = cursor.fetchone()
+            if full is not None:
+                oldest = rows.reader(connection, Instance, ("started_at",)).decode(full, connection)[0]
+                cursor.execute(
+                    f"UPDATE {table} SET status = %s, wake_at = %s, waiting_for = NULL, waiting_reason = %s, "
+                    "updated_at = %s WHERE id = %s AND status IN (%s, %s) AND started_at IS NULL",
+                    [InstanceStatus.WAITING.value, ops.adapt_datetimefield_value(oldest + own.rate.period),
+                     RATE_LIMITED_REASON.format(rate=own.rate, name=name), stamp, instance_pk,
+                     InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value],
+                )
+                return None
+        if own.concurrency is None:
+            return _take(instance_pk, owner, now, lease_seconds)
+        ahead = (
+            f"(SELECT COUNT(*) FROM {table} s WHERE s.workflow_name = %s AND ({holds_slot_sql('s')} OR "
+            f"(s.status = %s AND (s.created_at < {table}.created_at OR "
+            f"(s.created_at = {table}.created_at AND s.id < {table}.id))))) < %s"
+        )
+        return _take(instance_pk, owner, now, lease_seconds, ahead,
+                     [name, *_holds_slot_params(stamp), InstanceStatus.QUEUED.value, own.concurrency])
+
+
+_LOCK_PREFIX = "django_workflows.limits:"
+
+
+def hand_on(workflow_name: str, concurrency: int, now) -> list[int]:
+    """The instances of the workflow to queue a replay of now that a replay of it gave back its slot:
+    the oldest queued ones, as many as slots are free. One statement; the caller enqueues them.
+
+    Several replays ending at once may each name the same instance (a duplicate delivery, which does
+    nothing); the last of them to read sees every slot freed, so no free slot is left without a replay
+    on its way while instances wait for one."""
+    alias = router.db_for_write(Instance)
+    connection = connections[alias]
+    ops = connection.ops
+    table = ops.quote_name(Instance._meta.db_table)
+    stamp = ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, (SELECT COUNT(*) FROM {table} s WHERE s.workflow_name = %s AND {holds_slot_sql('s')}) "
+            f"FROM {table} WHERE workflow_name = %s AND status = %s ORDER BY created_at, id LIMIT %s",
+            [workflow_name, *_holds_slot_params(stamp), workflow_name, InstanceStatus.QUEUED.value, concurrency],
+        )
+        found = cursor.fetchall()
+    if not found:
+        return []
+    free = max(concurrency - found[0][1], 0)
+    return [pk for pk, _ in found[:free]]
+
+
+def slot_counts(workflow_name: str, now) -> dict[str, int]:
+    """How many instances of the workflow hold a concurrency slot (``running``) and are queued."""
+    holding = Instance.objects.filter(
+        workflow_name=workflow_name,
+        status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__gte=now,
+    ).count()
+    queued = Instance.objects.filter(workflow_name=workflow_name, status=InstanceStatus.QUEUED).count()
+    return {"running": holding, "queued": queued}

@@ -600,3 +600,40 @@ if __import__("os").environ.get("TEST_SCHEDULE_EVERY_SECOND"):
 
         def run(self, event, step):
             return step.do("record", lambda: event.payload["scheduledTime"])
+
+
+class Slotted(WorkflowEntrypoint):
+    """At most two running at once; sleeps when params say so (tests/integration/test_limits.py)."""
+
+    concurrency = 2
+
+    def run(self, event, step):
+        params = event.payload or {}
+        first = step.do("first", lambda: params.get("n", 0))
+        if params.get("sleep"):
+            step.sleep("nap", params["sleep"])
+        if params.get("wait"):
+            step.wait_for_event("go", type="go", timeout="1 hour")
+        return step.do("second", lambda: first + 1)
+
+
+class RateLimited(WorkflowEntrypoint):
+    """At most three starts in any minute."""
+
+    rate_limit = "3/minute"
+
+    def run(self, event, step):
+        step.sleep("nap", "10 minutes")
+        return step.do("done", lambda: "done")
+
+
+class SlowSlotted(WorkflowEntrypoint):
+    """At most five running at once, across every worker (tests/system/test_limits.py)."""
+
+    concurrency = 5
+
+    def run(self, event, step):
+        import time
+
+        step.do("work", lambda: time.sleep(0.02) or 1)
+        return step.do("more", lambda: time.sleep(0.02) or 2)

@@ -635,5 +635,5 @@ class SlowSlotted(WorkflowEntrypoint):
     def run(self, event, step):
         import time
 
-        step.do("work", lambda: time.sleep(0.02) or 1)
-        return step.do("more", lambda: time.sleep(0.02) or 2)
+        step.do("work", lambda: time.sleep(0.05) or 1)
+        return step.do("more", lambda: time.sleep(0.05) or 2)

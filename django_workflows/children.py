@@ -36,6 +36,7 @@ from django_workflows.errors import (
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind, StepStatus
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import children as store
+from django_workflows.store import steering
 from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
 
 # How long a parent waits for its child's end: the longest wait there is.
@@ -107,7 +108,7 @@ class ChildSteps:
             child = Instance(workflow_name=workflow, instance_id=child_id, params=params,
                              status=InstanceStatus.QUEUED, created_at=now, updated_at=now, parent_id=parent.pk,
                              parent_step=key, on_parent_end=on_parent_end)
-            pk = store.create(child)
+            pk = steering.insert_child(child)
             if pk is None:
                 raise ChildIdTaken(f"step.child({name!r}): workflow {workflow!r} already has an instance with id "
                                    f"{child_id!r}, which is not a child of this instance")

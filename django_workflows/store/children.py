@@ -13,8 +13,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError
-
 from django_workflows.models import FINISHED_STATUSES, Instance
 from django_workflows.store import inbox
 from django_workflows.validation import RESERVED_EVENT_PREFIX
@@ -31,24 +29,6 @@ def end_event_type(child_pk: int) -> str:
 def end_payload(status: str, output: Any = None, error: dict | None = None) -> dict:
     """What the parent receives: ``error`` as ``error_journal.describe_error`` gives it (with its class)."""
     return {"status": str(status), "output": output, "error": error}
-
-
-def create(child: Instance) -> int | None:
-    """Insert ``child`` (its parent link set) and queue its first replay; return its pk. An instance of that
-    workflow and id that is this parent's child already (created before a crash) is taken: its pk is
-    returned. One that is not this parent's child returns None."""
-    from django_workflows.store import steering
-
-    try:
-        steering.insert(child)
-        return child.pk
-    except IntegrityError:
-        existing = (Instance.objects.for_workflow(child.workflow_name).filter(instance_id=child.instance_id)
-                    .values_list("pk", "parent_id").first())
-        if existing is None:
-            raise
-        pk, parent_id = existing
-        return pk if parent_id == child.parent_id else None
 
 
 def lock_parent(parent_pk: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 
 from django_workflows.error_journal import describe_error
@@ -42,6 +42,23 @@ def insert(instance: Instance) -> None:
         # One INSERT in autocommit, and the replay is asked for once it has committed.
         instance.save(force_insert=True)
         enqueue(instance.pk)
+
+
+
+def insert_child(child: Instance) -> int | None:
+    """Insert ``child`` (its parent link set) and queue its first replay; return its pk. An instance of that
+    workflow and id that is this parent's child already (created before a crash) is taken: its pk is
+    returned. One that is not this parent's child returns None."""
+    try:
+        insert(child)
+        return child.pk
+    except IntegrityError:
+        existing = (Instance.objects.for_workflow(child.workflow_name).filter(instance_id=child.instance_id)
+                    .values_list("pk", "parent_id").first())
+        if existing is None:
+            raise
+        pk, parent_id = existing
+        return pk if parent_id == child.parent_id else None
 
 
 def insert_batch(workflow_name: str, instances: list[Instance]) -> tuple[dict[str, int], list[str]]:

@@ -16,6 +16,7 @@ from django_workflows.children import ChildSteps
 from django_workflows.errors import InstanceTerminated, InvalidEventType
 from django_workflows.models import Event, Instance, Step
 from django_workflows.store import children as children_store
+from django_workflows.store import steering
 from django_workflows.store.dispatch import sweep
 from django_workflows.validation import INSTANCE_ID_PATTERN
 from tests.testapp.workflows import SimulatedCrash
@@ -188,7 +189,7 @@ def test_the_async_form_gets_outputs_and_errors(workflows_env):
 
 
 def test_creation_is_idempotent_across_a_crash_before_the_create_step_is_journaled(workflows_env, monkeypatch):
-    real_create = children_store.create
+    real_create = steering.insert_child
     crashed = []
 
     def create_then_crash(child):
@@ -198,7 +199,7 @@ def test_creation_is_idempotent_across_a_crash_before_the_create_step_is_journal
             raise SimulatedCrash()
         return pk
 
-    monkeypatch.setattr(children_store, "create", create_then_crash)
+    monkeypatch.setattr(steering, "insert_child", create_then_crash)
     parent = start({"kid": {"n": 7, "wait": True}})
     with pytest.raises(SimulatedCrash):
         workflows_env.run_until_idle()

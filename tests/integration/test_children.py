@@ -13,6 +13,7 @@ from django.db import DatabaseError
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.children import ChildSteps
+from django_workflows.definition import registry
 from django_workflows.errors import InstanceTerminated, InvalidEventType
 from django_workflows.models import Event, Instance, Step
 from django_workflows.store import children as children_store
@@ -73,6 +74,22 @@ class AsyncParent(WorkflowEntrypoint):
         except KidFailed as exc:
             return {"caught": str(exc)}
         return {"got": [first, second]}
+
+
+# Only this module's tests see them: the API's schema lists every registered workflow's declared events,
+# and the schema test expects the test app's alone.
+WORKFLOWS = (Kid, Parent, AsyncParent)
+for _workflow in WORKFLOWS:
+    registry.unregister(_workflow)
+
+
+@pytest.fixture(autouse=True)
+def _registered():
+    for workflow in WORKFLOWS:
+        registry.register(workflow)
+    yield
+    for workflow in WORKFLOWS:
+        registry.unregister(workflow)
 
 
 def kids():

@@ -137,7 +137,7 @@ class Instance(models.Model):
     # previous release's worker inserts instances without it; the policy is not, and has db_default too.
     parent = models.ForeignKey(
         "self", null=True, blank=True, default=None, on_delete=models.DO_NOTHING, db_constraint=False,
-        related_name="children", help_text="The instance whose step.child() started this one.",
+        db_index=False, related_name="children", help_text="The instance whose step.child() started this one.",
     )
     parent_step = models.CharField(
         max_length=300, null=True, blank=True, default=None,
@@ -203,6 +203,9 @@ class Instance(models.Model):
             # its instances of one of them.
             models.Index(fields=["workflow_name", "version"], name="dw_instance_version"),
             models.Index(fields=["status", "updated_at"], name="dw_instance_status_updated"),
+            # A parent's children (its terminate and restart reach them; the admin lists them). Partial:
+            # most instances have no parent, and the index holds only those that do.
+            models.Index(fields=["parent"], name="dw_instance_parent", condition=Q(parent__isnull=False)),
             # Retention reads a batch of due instances at a time, in two reads that this index serves
             # alike: those whose own time has passed (status IN (...) AND purge_at < now) and those
             # without one that ended before the RETENTION_DAYS cutoff (status IN (...) AND purge_at IS

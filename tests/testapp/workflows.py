@@ -635,5 +635,7 @@ class SlowSlotted(WorkflowEntrypoint):
     def run(self, event, step):
         import time
 
-        step.do("work", lambda: time.sleep(0.05) or 1)
-        return step.do("more", lambda: time.sleep(0.05) or 2)
+        # Long enough that, handed on from replay to replay, the five slots are all taken at some moment
+        # even on a loaded machine: the test checks the limit was reached, not only never passed.
+        step.do("work", lambda: time.sleep(0.15) or 1)
+        return step.do("more", lambda: time.sleep(0.15) or 2)

@@ -40,6 +40,12 @@ attempt, and the attempt's connections end with it:
   statement opens a new connection. Only the attempt's uncommitted work is lost,
   as it would be had its process died.
 
+An interruption that lands in a finalizer (a ``__del__`` or a weakref callback that
+the collector runs in the attempt's thread) cannot leave it: Python reports it as
+unraisable and drops it. The watchdog's hook on ``sys.unraisablehook`` recognises
+it and raises it again in that thread, where it arrives once the finalizer
+returns, instead of reporting it.
+
 A connection that was already inside an atomic block when the attempt began
 belongs to the caller's transaction (a test's, or ``run_due()`` called inside a
 request's): ending it is not ours to do, so it is left as it is, and what the
@@ -52,6 +58,7 @@ import ctypes
 import heapq
 import itertools
 import math
+import sys
 import threading
 import time
 
@@ -70,6 +77,8 @@ def _set_async_exc(thread_id: int, exc_type) -> None:
 
 # Seconds between two interruptions of an attempt that has not ended after the first.
 INTERRUPT_AGAIN_AFTER = 1.0
+# Seconds before an interruption that a finalizer dropped is raised again: time for it to return.
+RAISE_LOST_AGAIN_AFTER = 0.01
 
 
 class _Watch:
@@ -92,6 +101,8 @@ class Watchdog:
     """
 
     def __init__(self):
+        # The attempts interrupted at least once and not yet unwatched, by thread.
+        self._fired: dict[int, _Watch] = {}
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, _Watch]] = []
@@ -106,6 +117,8 @@ class Watchdog:
             self._thread.start()
 
     def watch(self, seconds: float) -> _Watch:
+        if not getattr(sys.unraisablehook, "raises_lost_interruptions_again", False):
+            sys.unraisablehook = _raising_lost_interruptions_again(sys.unraisablehook)
         entry = _Watch(time.monotonic() + seconds, threading.get_ident())
         with self._lock:
             self._ensure_thread()
@@ -121,6 +134,8 @@ class Watchdog:
             if entry.fired:
                 # The interruption may still be pending in this thread: withdraw it.
                 _set_async_exc(entry.thread_id, None)
+                if self._fired.get(entry.thread_id) is entry:
+                    del self._fired[entry.thread_id]
                 return
             self._finished += 1
             if self._finished > 64 and self._finished * 2 > len(self._heap):
@@ -148,6 +163,7 @@ class Watchdog:
                     self._finished = max(self._finished - 1, 0)
                     continue
                 entry.fired = True
+                self._fired[entry.thread_id] = entry
                 _set_async_exc(entry.thread_id, AttemptTimedOut)
                 # Until the attempt ends, the interruption is raised again now and then: code that
                 # swallowed it (a bare except: in a loop), or a library that lost it on its way out of
@@ -155,7 +171,40 @@ class Watchdog:
                 heapq.heappush(self._heap, (time.monotonic() + INTERRUPT_AGAIN_AFTER, next(self._counter), entry))
 
 
+    def raise_again_if_lost(self, exc_type) -> bool:
+        """Called in the thread where an exception of ``exc_type`` was dropped: if it was this
+        thread's attempt's interruption, have it raised again in a moment and say so. Not at once:
+        raised now, it would land in the hook that called this, and be dropped again."""
+        if not (isinstance(exc_type, type) and issubclass(exc_type, AttemptTimedOut)):
+            return False
+        entry = self._fired.get(threading.get_ident())
+        if entry is None or entry.done:
+            return False
+        if not self._lock.acquire(timeout=1.0):
+            return False
+        try:
+            again = time.monotonic() + RAISE_LOST_AGAIN_AFTER
+            heapq.heappush(self._heap, (again, next(self._counter), entry))
+            if again < self._sleeping_until:
+                self._sleeping_until = again
+                self._wakeup.notify()
+        finally:
+            self._lock.release()
+        return True
+
+
 watchdog = Watchdog()
+
+
+def _raising_lost_interruptions_again(report):
+    """``sys.unraisablehook`` over ``report``: an attempt's interruption dropped in a finalizer is raised
+    again rather than reported; everything else is reported as before."""
+    def hook(unraisable):
+        if not watchdog.raise_again_if_lost(unraisable.exc_type):
+            report(unraisable)
+
+    hook.raises_lost_interruptions_again = True
+    return hook
 
 
 def call_with_timeout(fn, seconds: float, journal: BaseDatabaseWrapper | None = None, callers=None):

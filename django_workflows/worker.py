@@ -156,6 +156,10 @@ class Worker:
         self.started = time.monotonic()
         self._last_sweep = 0.0
         self._last_probe = 0.0
+        # The probe of the cluster that has not been answered yet: when it was first asked for, and
+        # whether it reached the queue (asking writes to the database, which may be what is stuck).
+        self._probe_sent = None
+        self._probe_delivered = False
         self._last_purge = 0.0
         self._purger: threading.Thread | None = None
         # The cron schedules of the workflows of this process, and the next wake time as last read with
@@ -297,6 +301,14 @@ class Worker:
         return value
 
     def sweep_and_beat(self, woken: int = 0) -> None:
+        if self.cluster:
+            # Before the sweep, and whatever becomes of it: a cluster process frozen inside a write
+            # transaction holds SQLite's write lock, every write of the sweep fails with "database is
+            # locked", and the cluster must still be seen to be wedged and restarted, which ends it.
+            try:
+                self.watch_cluster(clock.now())
+            except Exception:
+                logger.exception("Could not watch the django-q2 cluster; trying again at the next sweep.")
         # The first sweep runs as the worker starts: the replays that its host's killed processes
         # left behind resume now, not when their leases expire.
         reclaimed = reclaim_dead_leases()
@@ -310,8 +322,6 @@ class Worker:
         if time.monotonic() - self._last_purge >= PURGE_INTERVAL:
             self._last_purge = time.monotonic()
             self.start_purge()
-        if self.cluster:
-            self.watch_cluster(now)
 
     def start_purge(self) -> None:
         """Start a retention sweep in a thread of its own, unless the last one is still running.
@@ -334,37 +344,49 @@ class Worker:
             connections.close_all()
 
     def watch_cluster(self, now) -> None:
-        """Restart the django-q2 cluster if its sentinel died, or if it stopped taking tasks."""
+        """Restart the django-q2 cluster if its sentinel died, or if it stopped taking tasks.
+
+        Every so often the cluster is sent a probe, a task that notes its answer on this worker's
+        heartbeat. The probe is remembered here, in this process, from the moment it is asked for:
+        sending it writes to the database (the heartbeat, and the queue on the ORM broker), and a
+        cluster wedged inside a write transaction on SQLite makes those writes fail, so a probe that
+        could not even be sent counts as unanswered too, and is sent again at the next look.
+        """
         if not self.cluster.alive:
             logger.error("The django-q2 cluster is gone; starting it again.")
             self.restart_cluster()
             return
         wedge = workflow_settings.WEDGE_SECONDS
-        probe_interval = self.probe_interval or wedge / 4
-        beat = WorkerHeartbeat.objects.filter(worker_id=self.worker_id).values(
-            "probe_sent_at", "probe_answered_at").first() or {}
-        sent, answered = beat.get("probe_sent_at"), beat.get("probe_answered_at")
-        outstanding = sent is not None and (answered is None or answered < sent)
-        if outstanding and now - sent > timedelta(seconds=wedge):
+        if self._probe_sent is not None and self._probe_delivered:
+            answered = WorkerHeartbeat.objects.filter(worker_id=self.worker_id).values_list(
+                "probe_answered_at", flat=True).first()
+            if answered is not None and answered >= self._probe_sent:
+                self._probe_sent = None
+        if self._probe_sent is not None and now - self._probe_sent > timedelta(seconds=wedge):
             # The probe may just be queued behind a backlog: a cluster that still finishes
             # replays is busy, not wedged.
-            progressing = (
-                Instance.objects.filter(updated_at__gte=sent).exclude(status=InstanceStatus.QUEUED).exists()
-            )
+            progressing = Instance.objects.filter(updated_at__gte=self._probe_sent).exclude(
+                status=InstanceStatus.QUEUED).exists()
             if not progressing:
                 logger.error("The django-q2 cluster took no task for %s s; restarting it.", wedge)
                 self.restart_cluster()
                 return
-        if not outstanding and time.monotonic() - self._last_probe >= probe_interval:
+        probe_interval = self.probe_interval or wedge / 4
+        if self._probe_sent is None and time.monotonic() - self._last_probe >= probe_interval:
+            self._last_probe = time.monotonic()
+            self._probe_sent, self._probe_delivered = now, False
+        if self._probe_sent is not None and not self._probe_delivered:
             from django_workflows.executors.q2 import DjangoQExecutor
 
-            self._last_probe = time.monotonic()
-            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(probe_sent_at=now)
+            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(probe_sent_at=self._probe_sent)
             DjangoQExecutor().enqueue_probe(self.worker_id)
+            self._probe_delivered = True
 
     def restart_cluster(self) -> None:
         self.cluster.stop(wait=10)
         self.cluster.start()
+        self._probe_sent, self._probe_delivered = None, False
+        self._last_probe = time.monotonic()
         WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
             cluster_restarts=F("cluster_restarts") + 1, probe_sent_at=None, probe_answered_at=None
         )

@@ -75,7 +75,8 @@ def database_from_url(url: str) -> dict:
 SQLITE_DIR = Path(os.environ.get("TEST_SQLITE_DIR", tempfile.gettempdir()))
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
-    "timeout": 20,
+    # Worker subprocesses of a test may wait less for the write lock (TEST_SQLITE_TIMEOUT).
+    "timeout": float(os.environ.get("TEST_SQLITE_TIMEOUT", 20)),
     # NORMAL, not the recommended FULL: a test database need not survive a power loss.
     "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
 }

@@ -198,6 +198,27 @@ def test_the_worker_restarts_a_wedged_cluster(start_worker):
     wait_status(instance, "complete", 30)
 
 
+def test_the_worker_restarts_a_cluster_wedged_inside_a_write_transaction(start_worker, tmp_path):
+    """A cluster frozen while one of its replays is inside a write transaction: on SQLite, its
+    process keeps the database's write lock, so every write of the worker's (its sweep, its
+    heartbeat, the probe it sends the cluster) fails with "database is locked". The worker must
+    still see the cluster is wedged and restart it, which ends the transaction and frees the lock."""
+    # SQLite's own default wait for the lock, as in a project's settings, not the test suite's longer one.
+    worker = start_worker(env={"TEST_SQLITE_TIMEOUT": "5"})
+    marker = tmp_path / "holder.pid"
+    holder = workflows.get("holds-the-lock").create(id="holder", params={"marker": str(marker)})
+    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the step to hold its lock"))
+    sentinel = next(child for child in _children_of(worker.pid) if pid in _children_of(child))
+    for process in [sentinel, *_children_of(sentinel)]:
+        os.kill(process, signal.SIGSTOP)
+    wait_for(lambda: WorkerHeartbeat.objects.filter(cluster_restarts__gte=1).exists(), 60,
+             message="the cluster to be restarted")
+    # The held transaction was rolled back with its process, and the step ran again.
+    wait_status(holder, "complete", 30)
+    assert SideEffect.objects.get(name="holder:hold").count == 1
+    wait_status(workflows.get("quick").create(id="after-the-lock"), "complete", 30)
+
+
 def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
     worker = start_worker()
 

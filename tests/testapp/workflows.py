@@ -453,6 +453,31 @@ class KidParent(WorkflowEntrypoint):
         return {"got": step.child("kid", "crashable-kid", {"marker": event.payload["marker"]})}
 
 
+class HoldsTheLock(WorkflowEntrypoint):
+    """Its step writes inside a transaction and, the first time, records its process id and hangs
+    before the commit: on SQLite, its process holds the database's write lock meanwhile."""
+
+    def run(self, event, step):
+        from django.db import transaction
+
+        def hold():
+            import os
+            import time
+
+            marker = event.payload["marker"]
+            with transaction.atomic():
+                count = _bump(f"{event.instance_id}:hold")
+                if not os.path.exists(marker):  # the transaction's writes go with its process: not a count
+                    with open(marker, "w") as f:
+                        f.write(str(os.getpid()))
+                    for _ in range(600):
+                        time.sleep(0.1)
+                return count
+
+        step.do("hold", hold, config={"retries": {"limit": 0}})
+        return "done"
+
+
 class Quick(WorkflowEntrypoint):
     def run(self, event, step):
         for name in ("one", "two", "three"):

@@ -1,10 +1,13 @@
 """The attempt watchdog: deadlines fire, and finished attempts neither pile up nor wake its thread."""
 
+import sys
 import threading
 import time
+import weakref
 
 import pytest
 
+from django_workflows import timeouts
 from django_workflows.control_flow import AttemptTimedOut
 from django_workflows.timeouts import Watchdog, call_with_timeout, watchdog
 
@@ -53,6 +56,45 @@ def test_an_attempt_that_swallows_the_interruption_and_goes_on_is_interrupted_ag
     thread.join(10)
     assert swallowed and outcome, "the attempt was never interrupted again"
     assert outcome[0] - swallowed[0] >= 0.9
+
+
+def test_an_interruption_dropped_in_a_finalizer_is_raised_again_at_once(monkeypatch):
+    """Python cannot raise out of a finalizer: an interruption that lands in one (here a weakref
+    callback the attempt's own `del` runs) is dropped and reported as unraisable. It is raised again
+    as the finalizer returns, not a round later (a minute, here), and nothing is reported."""
+    monkeypatch.setattr(timeouts, "INTERRUPT_AGAIN_AFTER", 60.0)
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    finalized, outcome = [], []
+
+    def slow_finalizer():
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            pass
+
+    def attempt_body():
+        class Resource:
+            pass
+
+        resource = Resource()
+        weakref.finalize(resource, slow_finalizer)
+        del resource  # the finalizer runs now, and the interruption, due in 0.1 s, lands in it
+        finalized.append(time.monotonic())
+        while True:
+            pass
+
+    def attempt():
+        try:
+            call_with_timeout(attempt_body, 0.1)
+        except AttemptTimedOut:
+            outcome.append(time.monotonic())
+
+    thread = threading.Thread(target=attempt, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert finalized and outcome, "the interruption dropped in the finalizer was not raised again"
+    assert outcome[0] - finalized[0] < 5
+    assert reported == []
 
 
 def test_finished_attempts_do_not_pile_up_in_the_heap():

@@ -14,7 +14,6 @@ and broker (``benchmarks.settings`` and its environment pick which).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -35,11 +34,26 @@ from django.db import connection, transaction  # noqa: E402
 from django.db.models import Count, Max, Min  # noqa: E402
 
 from benchmarks import querylog  # noqa: E402
-from benchmarks.common import backend_cpu, cpu_delta, cpu_seconds, log, roles, machine_busy, machine_ticks, percentile, summary  # noqa: E402
-from benchmarks.common import write_json  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    backend_cpu,
+    cpu_delta,
+    cpu_seconds,
+    log,
+    machine_busy,
+    machine_ticks,
+    percentile,
+    roles,
+    summary,
+    write_json,  # noqa: E402
+)
 from django_workflows import clock, workflows  # noqa: E402
-from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind, StepStatus  # noqa: E402
-from django_workflows.models import WorkerHeartbeat  # noqa: E402
+from django_workflows.models import (  # noqa: E402
+    Event,
+    Instance,
+    Step,
+    StepKind,
+    WorkerHeartbeat,  # noqa: E402
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

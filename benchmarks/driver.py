@@ -126,7 +126,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="small counts, one run each (CI)")
     parser.add_argument("--only", default="", help="comma-separated configurations: sqlite, postgres, "
-                        "sqlite-orm, postgres-orm, postgres-redis, postgres-orm-max-age-0")
+                        "sqlite-orm, postgres-orm, postgres-redis, postgres-orm-scheduled, "
+                        "postgres-orm-max-age-0")
     parser.add_argument("--profile", action="store_true", help="also record py-spy profiles of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and the databases")
     parser.add_argument("--output", default="", help="where REPORT.md goes (default: benchmarks/, or "
@@ -166,6 +167,10 @@ def main() -> int:
         ("postgres-orm", "cluster", None, "orm", pg_missing, {}),
         ("postgres-redis", "cluster", None, "redis", pg_missing or redis_missing, {}),
     ]
+    # postgres-orm's idle cost again, with 50 workflows declaring two cron schedules each and 50
+    # declaring concurrency and rate limits: it should not grow with them.
+    plan.append(("postgres-orm-scheduled", "cluster", None, "orm", pg_missing,
+                 {"BENCH_SCHEDULES": "50", "BENCH_LIMITS": "50", "parts": "idle"}))
     if not args.quick:
         # postgres-orm with Django's default CONN_MAX_AGE = 0, smaller (2,000 would take minutes a run).
         plan.append(("postgres-orm-max-age-0", "cluster", None, "orm", pg_missing,

@@ -3,8 +3,10 @@ environment pick which), on the inline executor.
 
     python -m benchmarks.inproc --out result.json [--quick]
 
-1. the limit: single-row INSERT + COMMIT of a journal-shaped row, through the Django connection;
-2. the step overhead of a 1,000-step workflow (one replay, timed), and its ratio to (1), per run;
+1. the limit: single-row INSERT + COMMIT of a journal-shaped row, through the driver alone (sqlite3,
+   psycopg) and through the Django connection;
+2. the step overhead of a 1,000-step workflow (one replay, timed), and its ratio to (1), per run; and
+   through the public API (``create()`` on the inline executor, timed whole), against the driver's;
 3. sequential 3-step workflows per second, ours and DBOS Transact's, per run, and the ratio;
 6. resume time with 10, 1,000 and 10,000 journaled steps, and the queries a resume makes.
 """
@@ -27,10 +29,10 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from benchmarks.common import log, summary, write_json  # noqa: E402
 from django_workflows import clock, executors, workflows  # noqa: E402
+from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind, StepStatus  # noqa: E402
 from django_workflows.policy import default_policy  # noqa: E402
 from django_workflows.replay import replay  # noqa: E402
 from django_workflows.store.journal import load  # noqa: E402
-from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind, StepStatus  # noqa: E402
 from django_workflows.testing import RecordingExecutor  # noqa: E402
 
 
@@ -77,14 +79,18 @@ class InsertLimit:
         self.stamp = ops.adapt_datetimefield_value(now)
         self.run_number = 0
 
-    def run(self, count: int) -> float:
-        """Insert ``count`` rows; return rows per second."""
+    def rows(self, count: int, prefix: str = "limit") -> list[tuple]:
+        """The parameters of ``count`` rows with keys of their own."""
         self.run_number += 1
-        params = [
-            (self.instance_pk, f"limit-{self.run_number}-{n}", "limit", StepKind.DO.value,
+        return [
+            (self.instance_pk, f"{prefix}-{self.run_number}-{n}", "limit", StepKind.DO.value,
              StepStatus.SUCCEEDED.value, self.attempts, self.config, "1", None, None, self.stamp, self.stamp)
             for n in range(count)
         ]
+
+    def run(self, count: int) -> float:
+        """Insert ``count`` rows; return rows per second."""
+        params = self.rows(count)
         assert connection.get_autocommit()
         with connection.cursor() as cursor:
             started = time.perf_counter()
@@ -92,6 +98,47 @@ class InsertLimit:
                 cursor.execute(self.sql, row)
             elapsed = time.perf_counter() - started
         return count / elapsed
+
+
+class DriverFloor:
+    """The same INSERT and COMMIT as (1) through the driver alone (``sqlite3``, ``psycopg``), with no
+    Django between: on a connection of its own to the same database, with the same pragmas (WAL and
+    the same ``synchronous``) on SQLite, in autocommit on PostgreSQL. The floor a journaled step
+    cannot go below; the gap between it and (1) is what Django's cursor costs."""
+
+    def __init__(self, limit: InsertLimit):
+        self.limit = limit
+        settings = connection.settings_dict
+        self.vendor = connection.vendor
+        if self.vendor == "sqlite":
+            import sqlite3
+
+            self.conn = sqlite3.connect(settings["NAME"], isolation_level=None, timeout=20)
+            for pragma in settings["OPTIONS"].get("init_command", "").split(";"):
+                if pragma.strip():
+                    self.conn.execute(pragma)
+            self.sql = limit.sql.replace("%s", "?")
+        else:
+            import psycopg
+
+            self.conn = psycopg.connect(dbname=settings["NAME"], user=settings["USER"] or None,
+                                        password=settings["PASSWORD"] or None, host=settings["HOST"] or None,
+                                        port=settings["PORT"] or None, autocommit=True)
+            self.sql = limit.sql
+
+    def run(self, count: int) -> float:
+        """Insert ``count`` rows; return rows per second."""
+        params = self.limit.rows(count, prefix="floor")
+        cursor = self.conn.cursor()
+        started = time.perf_counter()
+        for row in params:
+            cursor.execute(self.sql, row)
+        elapsed = time.perf_counter() - started
+        cursor.close()
+        return count / elapsed
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 # -- 2. step overhead -----------------------------------------------------------------------------
@@ -103,6 +150,18 @@ def step_overhead(steps: int, workflow: str = "bench-steps") -> float:
     assert replay(pk)
     elapsed = time.perf_counter() - started
     row = Instance.objects.values("status", "output").get(pk=pk)
+    assert row == {"status": "complete", "output": steps}, row
+    return elapsed / steps * 1e6
+
+
+def public_step_overhead(steps: int, workflow: str = "bench-steps") -> float:
+    """The same workflow through the public API: ``create()``, which the inline executor runs to the
+    end inside it (the instance's insert, the claim, the steps, the finish), timed whole: microseconds
+    per step. Beside ``step_overhead`` it shows what a workflow's fixed cost adds per step."""
+    started = time.perf_counter()
+    handle = workflows.get(workflow).create(params={"n": steps})
+    elapsed = time.perf_counter() - started
+    row = Instance.objects.values("status", "output").get(pk=handle.pk)
     assert row == {"status": "complete", "output": steps}, row
     return elapsed / steps * 1e6
 
@@ -258,22 +317,31 @@ def main() -> None:
 
     # Warm up: imports, the connection, the statement caches.
     limit = InsertLimit()
+    floor = DriverFloor(limit)
     limit.run(50)
+    floor.run(50)
     step_overhead(50)
+    public_step_overhead(50)
     ours_three(5)
 
-    log(f"{backend}: 1-2. insert limit and step overhead, {runs} run(s)")
-    rates, step_us, ratios = [], [], []
+    log(f"{backend}: 1-2. the driver's and Django's insert, and the step overhead, {runs} run(s)")
+    rates, floor_rates, step_us, ratios, public_us, public_ratios = [], [], [], [], [], []
     for n in range(runs):
-        rate = limit.run(inserts)
-        per_step = step_overhead(steps)
-        rates.append(rate)
-        step_us.append(per_step)
-        ratios.append(per_step / (1e6 / rate))
-        log(f"  run {n + 1}: {rate:.0f} inserts/s ({1e6 / rate:.0f} us), step {per_step:.0f} us, "
-            f"ratio {ratios[-1]:.2f}")
+        floor_rates.append(floor.run(inserts))
+        rates.append(limit.run(inserts))
+        step_us.append(step_overhead(steps))
+        public_us.append(public_step_overhead(steps))
+        ratios.append(step_us[-1] / (1e6 / rates[-1]))
+        public_ratios.append(public_us[-1] / (1e6 / floor_rates[-1]))
+        log(f"  run {n + 1}: driver {1e6 / floor_rates[-1]:.0f} us, Django {1e6 / rates[-1]:.0f} us a row; "
+            f"step {step_us[-1]:.0f} us by replay(), {public_us[-1]:.0f} us by create(), "
+            f"{public_ratios[-1]:.2f}x the driver's")
+    floor.close()
+    result["floor"] = {"rate": summary(floor_rates), "us": summary([1e6 / r for r in floor_rates]),
+                       "rows": inserts}
     result["limit"] = {"rate": summary(rates), "us": summary([1e6 / r for r in rates]), "rows": inserts}
     result["step"] = {"us": summary(step_us), "ratio": summary(ratios), "steps": steps}
+    result["public"] = {"us": summary(public_us), "ratio": summary(public_ratios), "steps": steps}
 
     # The same steps in the Python SDK's async forms (awaited one by one, and as decorated async step
     # functions), and three at a time side by side (step.all, and asyncio.gather in async run: each

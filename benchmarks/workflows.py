@@ -147,3 +147,13 @@ for _n in range(int(__import__("os").environ.get("BENCH_SCHEDULES", "0"))):
         "name": f"bench-scheduled-{_n}", "schedules": [f"{_n % 60} 4 1 1 *", f"{_n % 60} 4 1 7 *"],
         "schedule_timezone": "Europe/Paris", "run": _scheduled_run, "__module__": __name__,
     })
+
+
+# BENCH_LIMITS=N declares N workflows with a concurrency limit and a rate limit each, so that the idle
+# cost can be measured with limits declared too: limits act in the claim, and an idle worker claims
+# nothing.
+for _n in range(int(__import__("os").environ.get("BENCH_LIMITS", "0"))):
+    type(f"BenchLimited{_n}", (WorkflowEntrypoint,), {
+        "name": f"bench-limited-{_n}", "concurrency": 10, "rate_limit": "100/minute",
+        "run": _scheduled_run, "__module__": __name__,
+    })

@@ -203,6 +203,18 @@ def _limit_fields(limits: dict | None) -> list[tuple[str, str]]:
     return shown
 
 
+def _schedule_fields(schedules: list[dict]) -> list[tuple[str, str]]:
+    shown = []
+    for entry in schedules:
+        where = f"{entry['cron']} ({entry['timezone']})"
+        if entry["error"]:
+            shown.append(("Schedule", f"{where}: not run, {entry['error']}"))
+        else:
+            upcoming = ", ".join(_local_slot(slot, entry["timezone"]) for slot in entry["next"][:1])
+            shown.append(("Schedule", f"{where}, next {upcoming}"))
+    return shown
+
+
 def format_workflow(description: dict) -> str:
     limit = description["step_limit"]
     if limit is None:
@@ -221,6 +233,7 @@ def format_workflow(description: dict) -> str:
         ("Step limit", limit),
         ("CPU time limit", cpu_limit),
         *_limit_fields(description.get("limits")),
+        *_schedule_fields(description.get("schedules") or []),
         ("Instances", sum(description["instances"].values())),
     ])
     return head + "\n\n" + table(["STATUS", "INSTANCES"], list(map(list, description["instances"].items())))

@@ -46,7 +46,27 @@ def describe_workflow(name: str) -> dict:
         "instances": status_counts(name)[name],
         "events": _declared_events(name),
         "limits": describe_limits(cls),
+        "schedules": _schedules(name),
     }
+
+
+def _schedules(name: str) -> list[dict]:
+    """The workflow's cron schedules as ``workflows schedules`` lists them, with their next three slots.
+    Without croniter they are listed all the same, each with the error that says what to install."""
+    from django_workflows import schedules
+    from django_workflows.errors import MissingExtra
+
+    try:
+        described = describe_schedules(clock.now(), 3, name)
+    except MissingExtra as exc:
+        cls = registry.get(name)
+        described = [{"cron": expression, "timezone": schedules.timezone_of(cls),
+                      "catch_up": schedules.catch_up_of(cls), "id_prefix": None, "next": [],
+                      "stored_next_slot": None, "last_slot": None, "error": str(exc)}
+                     for expression in schedules.declared_expressions(cls)]
+    for entry in described:
+        entry.pop("workflow", None)
+    return described
 
 
 def describe_limits(cls) -> dict | None:

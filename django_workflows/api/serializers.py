@@ -299,6 +299,19 @@ class WorkflowLimitsSerializer(Described):
         allow_null=True, help_text="First replays within the rate limit's window; null without a rate limit.")
 
 
+class WorkflowScheduleSerializer(Described):
+    cron = serializers.CharField(help_text="The cron expression, as the worker reads it.")
+    timezone = serializers.CharField(help_text="The time zone its slots are in.")
+    catch_up = serializers.CharField(help_text="What a worker does with the slots missed while none ran.")
+    id_prefix = serializers.CharField(
+        allow_null=True, help_text="The start of the ids of the instances it creates, one per slot.")
+    next = serializers.ListField(child=serializers.DateTimeField(), help_text="Its next three slots.")
+    last_slot = serializers.DateTimeField(
+        allow_null=True, help_text="The last slot a worker created an instance for; null before the first.")
+    error = serializers.CharField(
+        allow_null=True, help_text="Why no worker runs it (the system check's complaint); null when it runs.")
+
+
 class WorkflowSerializer(Described):
     name = serializers.CharField()
     class_name = serializers.CharField()
@@ -312,6 +325,7 @@ class WorkflowSerializer(Described):
                                      help_text="The event types it accepts; null when it accepts any.")
     limits = WorkflowLimitsSerializer(allow_null=True,
                                       help_text="Its concurrency and rate limits; null when it declares none.")
+    schedules = WorkflowScheduleSerializer(many=True, help_text="Its cron schedules; empty when it has none.")
 
 
 class EventAcceptedSerializer(Described):

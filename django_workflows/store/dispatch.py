@@ -115,8 +115,9 @@ def sweep(now: datetime | None = None) -> int:
             redispatched += len(stale)
     # The safety net of the hand-on at the end of each replay (a replay whose hand-on failed, a lost
     # task, a slot freed by a lease that expired): the oldest queued instances of each workflow with a
-    # concurrency limit, one per free slot. One statement per such workflow, none without limits.
-    for name in slotted:
+    # concurrency limit, one per free slot. One statement to find which have queued instances (none
+    # without limits), then one per such workflow.
+    for name in leases.with_queued(slotted):
         with transaction.atomic(using=alias):
             handed = leases.hand_on(name, limits.limited()[name].concurrency, now)
             for pk in handed:

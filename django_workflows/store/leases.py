@@ -472,6 +472,23 @@ def hand_on(workflow_name: str, concurrency: int, now) -> list[int]:
     return [pk for pk, _ in found[:free]]
 
 
+def with_queued(workflow_names: list[str]) -> list[str]:
+    """Which of the workflows have queued instances: one statement whatever their number, each name
+    one probe of the (workflow, status, created) index, so an idle worker's sweep does not grow with
+    the workflows that declare a concurrency limit."""
+    if not workflow_names:
+        return []
+    connection = connections[router.db_for_write(Instance)]
+    table = connection.ops.quote_name(Instance._meta.db_table)
+    probe = f"SELECT %s WHERE EXISTS (SELECT 1 FROM {table} WHERE workflow_name = %s AND status = %s)"
+    params = []
+    for name in workflow_names:
+        params += [name, name, InstanceStatus.QUEUED.value]
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join([probe] * len(workflow_names)), params)
+        return sorted(name for (name,) in cursor.fetchall())
+
+
 def slot_counts(workflow_name: str, now) -> dict[str, int]:
     """How many instances of the workflow hold a concurrency slot (``running``) and are queued."""
     holding = Instance.objects.filter(

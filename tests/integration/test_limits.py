@@ -5,11 +5,15 @@
 replay running on another worker.
 """
 
+import io
+import re
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from django_workflows import workflows
 from django_workflows.checks import check_workflows
@@ -52,6 +56,39 @@ def test_claims_stop_at_the_limit_and_leave_the_rest_queued(workflows_env):
     assert describe_workflow("slotted")["limits"] == {
         "concurrency": 2, "rate_limit": None, "running": 2, "queued": 2, "recent_starts": None,
     }
+
+
+def test_the_api_and_the_admin_show_each_limit_and_where_the_workflow_stands(workflows_env, admin_client):
+    a, b, c, d = _create(4)
+    workflows_env.executor.reset()
+    _hold(workflows_env, a)
+    _hold(workflows_env, b)
+    for handle in (c, d):
+        replay(handle.pk)  # at the limit: left queued
+    [workflows.get("rate-limited").create() for _ in range(4)]
+    workflows_env.run_until_idle()  # three start, the fourth waits for the window
+
+    slotted = admin_client.get("/workflows/slotted/").json()["limits"]
+    assert slotted == {"concurrency": 2, "rate_limit": None, "running": 2, "queued": 2, "recent_starts": None}
+    listed = {w["name"]: w["limits"] for w in admin_client.get("/workflows/").json()}
+    assert listed["slotted"] == slotted
+    assert listed["rate-limited"] == {"concurrency": None, "rate_limit": "3/minute", "running": 0, "queued": 0,
+                                      "recent_starts": 3}
+    assert listed["three-steps"] is None
+
+    page = admin_client.get(reverse("admin:django_workflows_instance_workflow", args=["slotted"])).content.decode()
+    assert ('Concurrency limit: <strong>2</strong> at once; <strong>2</strong> running, '
+            '<strong>2</strong> queued.') in page
+    page = admin_client.get(reverse("admin:django_workflows_instance_workflow",
+                                    args=["rate-limited"])).content.decode()
+    assert "Rate limit: <strong>3/minute</strong> starts; <strong>3</strong> in the current window." in page
+    overview = admin_client.get(reverse("admin:django_workflows_instance_workflows")).content.decode()
+    assert "concurrency 2: 2 running, 2 queued" in overview
+    assert "rate 3/minute: 3 in the window" in overview
+
+    out = io.StringIO()
+    call_command("workflows", "describe", "slotted", stdout=out)
+    assert re.search(r"^Concurrency limit:? +2 \(2 running, 2 queued\)$", out.getvalue(), re.M), out.getvalue()
 
 
 def test_a_finishing_replay_hands_its_slot_to_the_oldest_queued_instance(workflows_env):
@@ -180,6 +217,32 @@ def test_a_workflow_without_limits_claims_in_one_statement_while_others_have_lim
     with CaptureQueriesContext(connection) as ctx:
         replay(instance.pk)
     assert len(ctx.captured_queries) == 5, [q["sql"] for q in ctx.captured_queries]
+
+
+def test_an_idle_sweep_asks_the_same_whatever_the_number_of_limited_workflows(workflows_env):
+    def idle_sweep() -> list[str]:
+        with CaptureQueriesContext(connection) as ctx:
+            assert sweep() == 0
+        return _engine_statements(ctx)
+
+    before = idle_sweep()
+    declared = [type(f"Limited{n}", (WorkflowEntrypoint,), {"name": f"limited-{n}", "concurrency": 3,
+                                                            "run": lambda self, event, step: None})
+                for n in range(20)]
+    try:
+        after = idle_sweep()
+        # The test app declares limited workflows already: one statement asks which of them have queued
+        # instances, and asks it of twenty more at no extra statement.
+        assert len(after) == len(before), after
+        assert sum("WHERE EXISTS" in sql for sql in after) == 1
+        # A queued instance of one of them brings its own hand-on; the others still cost nothing.
+        workflows.get("limited-7").create()
+        with CaptureQueriesContext(connection) as ctx:
+            sweep()
+        assert len(_engine_statements(ctx)) == len(after) + 1
+    finally:
+        for cls in declared:
+            registry.unregister(cls)
 
 
 def _engine_statements(ctx):

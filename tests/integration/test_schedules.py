@@ -416,6 +416,42 @@ def test_the_cli_lists_each_schedule_with_its_zone_policy_and_next_slots(env, de
     assert "last 2026-03-02T08:00:00Z" in run_cli("schedules", "paris-mornings")
 
 
+def test_the_api_and_the_admin_show_each_schedule_with_its_next_slots(env, define, admin_client):
+    from django.urls import reverse
+
+    define("paris-mornings", ["0 9 * * mon-fri"], "Europe/Paris", catch_up="all")
+    define("broken", ["0 25 * * *"])
+    scheduler = Scheduler()
+    scheduler.run_due(env.now)
+    env.clock.set(at(2026, 3, 2, 8, 0, 1))
+    scheduler.run_due(env.now)
+
+    key = schedule_key("0 9 * * mon-fri", "Europe/Paris")
+    [morning] = admin_client.get("/workflows/paris-mornings/").json()["schedules"]
+    assert morning == {"cron": "0 9 * * mon-fri", "timezone": "Europe/Paris", "catch_up": "all",
+                       "id_prefix": f"cron-{key}-",
+                       "next": ["2026-03-03T08:00:00Z", "2026-03-04T08:00:00Z", "2026-03-05T08:00:00Z"],
+                       "last_slot": "2026-03-02T08:00:00Z", "error": None}
+    listed = {w["name"]: w["schedules"] for w in admin_client.get("/workflows/").json()}
+    assert listed["three-steps"] == []
+    [broken] = listed["broken"]
+    assert broken["next"] == [] and broken["error"] and "0 25 * * *" in broken["error"]
+
+    page = admin_client.get(reverse("admin:django_workflows_instance_workflow",
+                                    args=["paris-mornings"])).content.decode()
+    assert ("Schedule <code>0 9 * * mon-fri</code> (Europe/Paris, catch-up: all); next "
+            '<time datetime="2026-03-03T08:00:00+00:00">Tue 3 Mar 2026 09:00:00 CET</time>') in page
+    assert 'last created <time datetime="2026-03-02T08:00:00+00:00">Mon 2 Mar 2026 09:00:00 CET</time>' in page
+    page = admin_client.get(reverse("admin:django_workflows_instance_workflow", args=["broken"])).content.decode()
+    assert 'Schedule <code>0 25 * * *</code> (UTC, catch-up: ' in page and "not run</strong>" in page
+
+    described = run_cli("describe", "paris-mornings")
+    assert "Schedule" in described and "0 9 * * mon-fri (Europe/Paris), next 2026-03-03 09:00:00 CET" in described
+    assert json.loads(run_cli("describe", "paris-mornings", "--json"))["schedules"][0]["next"][0] == \
+        "2026-03-03T08:00:00+00:00"
+    assert "0 25 * * * (UTC): not run" in run_cli("describe", "broken")
+
+
 def test_the_cli_without_schedules_and_for_an_unknown_workflow(env):
     assert run_cli("schedules").startswith("No workflow declares schedules.")
     assert run_cli("schedules", "three-steps").startswith("No workflow declares schedules.")

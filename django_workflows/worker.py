@@ -369,7 +369,7 @@ class Worker:
                 status=InstanceStatus.QUEUED).exists()
             if not progressing:
                 logger.error("The django-q2 cluster took no task for %s s; restarting it.", wedge)
-                self.restart_cluster()
+                self.restart_cluster(wedged=True)
                 return
         probe_interval = self.probe_interval or wedge / 4
         if self._probe_sent is None and time.monotonic() - self._last_probe >= probe_interval:
@@ -382,8 +382,14 @@ class Worker:
             DjangoQExecutor().enqueue_probe(self.worker_id)
             self._probe_delivered = True
 
-    def restart_cluster(self) -> None:
-        self.cluster.stop(wait=10)
+    def restart_cluster(self, wedged: bool = False) -> None:
+        # A wedged cluster cannot stop gracefully (its workers would finish their current task, and
+        # that task is what is stuck): it is killed at once, as a crash would end it. The replays it
+        # held resume elsewhere when their leases are reclaimed.
+        if wedged:
+            self.cluster.kill()
+        else:
+            self.cluster.stop(wait=10)
         self.cluster.start()
         self._probe_sent, self._probe_delivered = None, False
         self._last_probe = time.monotonic()

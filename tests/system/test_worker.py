@@ -73,6 +73,8 @@ def test_sigkill_during_three_steps_side_by_side_runs_them_again_and_journals_ea
     instance = workflows.get(workflow).create(id="all-1", params={"marker": str(marker)})
     pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step to start"))
     assert pid != worker.pid
+    # The two others side by side have run (on a loaded machine, one may start after the victim hangs).
+    wait_for(lambda: {"all-1:left", "all-1:right"} <= set(SideEffect.counts()), 30, message="the other two steps")
     os.kill(pid, signal.SIGKILL)
     wait_status(instance, "complete", 40)
     # None of the three was journaled when the process died, so all three ran again, once; the step
@@ -211,7 +213,8 @@ def test_the_worker_restarts_a_cluster_wedged_inside_a_write_transaction(start_w
     sentinel = next(child for child in _children_of(worker.pid) if pid in _children_of(child))
     for process in [sentinel, *_children_of(sentinel)]:
         os.kill(process, signal.SIGSTOP)
-    wait_for(lambda: WorkerHeartbeat.objects.filter(cluster_restarts__gte=1).exists(), 60,
+    # Each of the worker's writes waits 5 s for the lock before it fails: the restart takes a few of them.
+    wait_for(lambda: WorkerHeartbeat.objects.filter(cluster_restarts__gte=1).exists(), 120,
              message="the cluster to be restarted")
     # The held transaction was rolled back with its process, and the step ran again.
     wait_status(holder, "complete", 30)

@@ -15,13 +15,12 @@ Measured per run:
   inserted at epoch 1, so a completed instance at epoch 2 was replayed exactly once; any higher epoch
   is a second replay (a duplicate that took the lease again, a lease taken over), and is counted;
 - SQL statements of both commands and all their processes (``benchmarks/querylog.py``), per instance,
-  and their CPU time per instance.
+  and their CPU time per instance, and that of PostgreSQL's backends serving the benchmark's database.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +41,7 @@ from benchmarks.cluster import (
     wait_until,
 )
 from benchmarks.common import (
+    backend_cpu,
     cpu_delta,
     cpu_seconds,
     log,
@@ -65,12 +65,14 @@ def herd(workers: list[Worker], count: int) -> dict:
     time.sleep(1.0)  # the query logs' writers dump every half second
     q_before = [querylog.snapshot(w.query_dir) for w in workers]
     ticks = machine_ticks()
+    backends = backend_cpu(settings.DATABASES["default"]["NAME"])
     wake = clock.now().replace(microsecond=0) + timedelta(seconds=LEAD + 1)
     with transaction.atomic():
         Instance.objects.filter(pk__gte=first, pk__lte=last).update(wake_at=wake)
         Step.objects.filter(instance_id__gte=first, instance_id__lte=last, kind=StepKind.SLEEP).update(wake_at=wake)
     wait_until(lambda: count_done("bench-napper") >= count, 900, 0.2, f"{count} due instances to finish")
     busy = machine_busy(ticks, machine_ticks())
+    backends = backend_cpu(settings.DATABASES["default"]["NAME"]) - backends
     cpu = sum(cpu_delta(cpu_before[w.pid], cpu_seconds(w.pid)) for w in workers)
     finished = Instance.objects.filter(workflow_name="bench-napper")
     statuses = dict(finished.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
@@ -89,6 +91,7 @@ def herd(workers: list[Worker], count: int) -> dict:
             "not_replayed": sum(n for epoch, n in epochs.items() if epoch < 2),
             "epochs": {str(k): v for k, v in sorted(epochs.items())},
             "statements_per_instance": statements / count, "cpu_ms_per_instance": cpu / count * 1000,
+            "backend_cpu_ms_per_instance": backends / count * 1000,
             "machine_busy": busy}
 
 
@@ -129,12 +132,13 @@ def main() -> None:
             log(f"  run {n + 1}: all resumed in {r['seconds']:.1f} s ({r['rate']:.0f}/s); lateness p50 "
                 f"{r['lateness_p50_ms']:.0f} ms p99 {r['lateness_p99_ms']:.0f} ms; replayed twice "
                 f"{r['replayed_twice']}; {r['statements_per_instance']:.1f} statements and "
-                f"{r['cpu_ms_per_instance']:.2f} ms CPU an instance; machine {r['machine_busy']:.0%} busy")
+                f"{r['cpu_ms_per_instance']:.2f} ms CPU an instance (PostgreSQL's backends "
+                f"{r['backend_cpu_ms_per_instance']:.2f} ms); machine {r['machine_busy']:.0%} busy")
         for profile in profiles:
             stop_py_spy(profile)
         result["herd"] = {key: summary([r[key] for r in done]) for key in (
             "seconds", "rate", "lateness_p50_ms", "lateness_p99_ms", "replayed_twice", "statements_per_instance",
-            "cpu_ms_per_instance", "machine_busy")}
+            "cpu_ms_per_instance", "backend_cpu_ms_per_instance", "machine_busy")}
         result["herd"]["count"] = count
         result["herd"]["runs"] = done
         clean()
@@ -145,5 +149,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
     main()

@@ -145,6 +145,7 @@ ROWS = [
         digits=1),
     Row("8", "… CPU per instance, both commands and their processes", "herd", ("herd", "cpu_ms_per_instance"),
         " ms"),
+    Row("8", "… CPU per instance, PostgreSQL's backends", "herd", ("herd", "backend_cpu_ms_per_instance"), " ms"),
 ]
 
 

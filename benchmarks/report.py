@@ -338,7 +338,9 @@ test suites, so figures are noisy (load average at the end: {load}).
    timer lateness = the time journaled by the step after the sleep − the wake time, p50 and p99 over the
    instances of a run; replayed more than once = instances whose epoch passed 2 (inserted at epoch 1, each
    lease taken adds one, so a second replay of any kind shows); statements counted as in part 7, in both
-   commands and all their processes, ÷ the instances; CPU likewise from `/proc`.
+   commands and all their processes, ÷ the instances; CPU likewise from `/proc` (PostgreSQL's backends:
+   those alive at the end of the run; a connection closed meanwhile, as `CONN_MAX_AGE` closes them, takes
+   its backend's CPU with it, so that row is a floor).
 """
 
 

@@ -164,3 +164,33 @@ def test_a_task_past_its_time_hands_the_rest_on_as_another(workflows_env, monkey
     workflows_env.run_until_idle()
     assert {Instance.objects.get(pk=pk).status for pk in pks} == {"complete"}
 
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_spreads_its_replays_over_threads_where_the_database_takes_concurrent_writers(settings):
+    from django_workflows.executors import pop_override, push_override
+    from django_workflows.signals import replay_started
+    from django_workflows.testing import RecordingExecutor
+
+    settings.DJANGO_WORKFLOWS = {"REPLAY_THREADS": 3}
+    executor = RecordingExecutor()
+    push_override(executor)
+    threads: dict[int, int] = {}
+
+    def started(instance_pk, **kwargs):
+        import threading
+
+        threads[instance_pk] = threading.get_ident()
+
+    replay_started.connect(started, dispatch_uid="test-threads")
+    try:
+        handles = workflows.get("three-steps").create_batch([{} for _ in range(7)])
+        pks = [handle.pk for handle in handles]
+        tasks.run_replays([*pks, pks[0]])  # a duplicate: its lease lets one replay through
+    finally:
+        replay_started.disconnect(dispatch_uid="test-threads")
+        pop_override()
+    rows = Instance.objects.filter(pk__in=pks)
+    assert set(rows.values_list("status", "epoch")) == {("complete", 1)}
+    assert sorted(threads) == sorted(pks)
+    # SQLite takes one writer at a time: there they ran one after another, in this thread.
+    assert len(set(threads.values())) == (1 if connection.vendor == "sqlite" else 3)

@@ -110,7 +110,8 @@ faketime:
 # make bench          - the benchmarks of issue 7 (~20 minutes): prints the table, writes benchmarks/REPORT.md
 #                       and benchmarks/report.png; SQLite, and PostgreSQL (BENCH_POSTGRES_URL, default
 #                       postgres://postgres@127.0.0.1:5432/bench_workflows, created and dropped) with the ORM
-#                       and the Redis broker (127.0.0.1:6379 db 7) when reachable.
+#                       and the Redis broker (127.0.0.1:6379 db 7, or BENCH_REDIS_DB) when reachable; part 8,
+#                       the thundering herd, through two workflows_worker commands on PostgreSQL.
 # make bench QUICK=1  - small counts, one run each (CI, under 3 minutes): writes benchmarks/quick/REPORT.md;
 #                       reports goals, asserts none.
 QUICK ?=

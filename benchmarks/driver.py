@@ -3,7 +3,7 @@
 Each measurement runs in a child process configured by ``benchmarks.settings`` through its
 environment (no Django in this one): SQLite (a fresh WAL file in a temporary directory) and
 PostgreSQL (``bench_workflows`` and, for DBOS, ``bench_workflows_dbos``, created here and dropped at
-the end), the ORM broker, and Redis (db 7, flushed) on PostgreSQL. A PostgreSQL or Redis that
+the end), the ORM broker, and Redis (db 7, or BENCH_REDIS_DB; flushed) on PostgreSQL. A PostgreSQL or Redis that
 cannot be reached, or a DBOS that cannot be imported, leaves its rows "not measured", with the
 reason; the exit code is non-zero only when a measurement that could run failed.
 """
@@ -26,7 +26,7 @@ from benchmarks.common import log
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bench_workflows")
-REDIS_DB = 7
+REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "7"))
 INLINE = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
 # Variables the children must not inherit from whoever runs this (a test shell's DATABASE_URL, say).
 SCRUBBED = ("DATABASE_URL", "TEST_DATABASE_NAME", "TEST_BROKER", "TEST_REDIS_DB", "TEST_WORKFLOWS_SETTINGS",
@@ -127,7 +127,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small counts, one run each (CI)")
     parser.add_argument("--only", default="", help="comma-separated configurations: sqlite, postgres, "
                         "sqlite-orm, postgres-orm, postgres-redis, postgres-orm-scheduled, "
-                        "postgres-orm-max-age-0")
+                        "postgres-orm-max-age-0, postgres-orm-herd, postgres-redis-herd")
     parser.add_argument("--profile", action="store_true", help="also record py-spy profiles of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and the databases")
     parser.add_argument("--output", default="", help="where REPORT.md goes (default: benchmarks/, or "
@@ -175,6 +175,11 @@ def main() -> int:
         # postgres-orm with Django's default CONN_MAX_AGE = 0, smaller (2,000 would take minutes a run).
         plan.append(("postgres-orm-max-age-0", "cluster", None, "orm", pg_missing,
                      {"BENCH_CONN_MAX_AGE": "0", "parts": "throughput,latency,idle", "count": "500"}))
+    # The thundering herd through two worker commands (benchmarks/herd.py): the ORM broker, and the
+    # Redis broker in the full run.
+    plan.append(("postgres-orm-herd", "herd", None, "orm", pg_missing, {}))
+    if not args.quick:
+        plan.append(("postgres-redis-herd", "herd", None, "redis", pg_missing or redis_missing, {}))
     try:
         if not pg_missing:
             postgres.create()
@@ -203,6 +208,14 @@ def main() -> int:
                 if profile_dir and not failure:
                     failure = run_child(["benchmarks.profile", "--out-dir", str(profile_dir)],
                                         child_env(database, broker, INLINE), timeout=600)
+            elif kind == "herd":
+                if broker == "redis":
+                    flush_redis()
+                options = ["--profile-dir", str(profile_dir)] if profile_dir else []
+                failure = run_child(["benchmarks.herd", "--out", str(out), "--work-dir", str(work), "--name", name,
+                                     *quick, *options], child_env(database, broker, {}, extra), timeout=1200)
+                if broker == "redis":
+                    flush_redis()
             else:
                 if broker == "redis":
                     flush_redis()
@@ -218,7 +231,7 @@ def main() -> int:
             if failure:
                 log(f"== {name} FAILED: {failure}")
                 results["failed"][name] = failure
-                for log_file in work.glob(f"worker-{name}.log"):
+                for log_file in [*work.glob(f"worker-{name}.log"), *work.glob(f"worker-{name}-[0-9].log")]:
                     print(log_file.read_text(errors="replace")[-4000:], file=sys.stderr)
                 continue
             results["configs"][name] = json.loads(out.read_text())

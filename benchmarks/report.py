@@ -11,9 +11,9 @@ from benchmarks import history
 HERE = Path(__file__).resolve().parent
 
 COLUMNS = [
-    ("SQLite", {"inproc": "sqlite", "cluster": "sqlite-orm"}),
-    ("PostgreSQL", {"inproc": "postgres", "cluster": "postgres-orm"}),
-    ("PostgreSQL + Redis broker", {"inproc": None, "cluster": "postgres-redis"}),
+    ("SQLite", {"inproc": "sqlite", "cluster": "sqlite-orm", "herd": None}),
+    ("PostgreSQL", {"inproc": "postgres", "cluster": "postgres-orm", "herd": "postgres-orm-herd"}),
+    ("PostgreSQL + Redis broker", {"inproc": None, "cluster": "postgres-redis", "herd": "postgres-redis-herd"}),
 ]
 
 
@@ -135,17 +135,33 @@ ROWS = [
     Row("7", "… of which django-q2 polling its ORM queue", "cluster", ("idle", "by_kind", "django_q_queue"), "/s"),
     Row("7", "idle: transactions/s (pg_stat_database)", "cluster", ("idle", "commits_per_second"), "/s"),
     Row("7", "{due} due at once: seconds until all resumed", "cluster", ("burst", "seconds"), " s"),
+    Row("8", "herd: {herd} due at the same second, two workflows_worker --workers 2: seconds until all resumed",
+        "herd", ("herd", "seconds"), " s", "≤ 10 s", lambda v: v <= 10),
+    Row("8", "… instances resumed per second (10,000 in 10 s is 1,000/s)", "herd", ("herd", "rate"), "/s",
+        "≥ 1,000/s", lambda v: v >= 1000),
+    Row("8", "… timer lateness of the herd, p50", "herd", ("herd", "lateness_p50_ms"), " ms"),
+    Row("8", "… timer lateness of the herd, p99", "herd", ("herd", "lateness_p99_ms"), " ms"),
+    Row("8", "… instances replayed more than once", "herd", ("herd", "replayed_twice"), "", "0",
+        lambda v: v == 0, digits=0),
+    Row("8", "… SQL statements per instance, both commands", "herd", ("herd", "statements_per_instance"), "",
+        digits=1),
+    Row("8", "… CPU per instance, both commands and their processes", "herd", ("herd", "cpu_ms_per_instance"),
+        " ms"),
+    Row("8", "… CPU per instance, PostgreSQL's backends", "herd", ("herd", "backend_cpu_ms_per_instance"), " ms"),
 ]
 
 
 def _counts(results) -> dict:
     cluster = next((results["configs"][c] for c in ("sqlite-orm", "postgres-orm", "postgres-redis")
                     if c in results["configs"]), {})
+    herd = next((results["configs"][c] for c in ("postgres-orm-herd", "postgres-redis-herd")
+                 if c in results["configs"]), {})
     quick = results["quick"]
     return {
         "count": f"{_get(cluster, 'throughput', 'count') or (200 if quick else 2000):,}",
         "sleepers": f"{_get(cluster, 'idle', 'sleepers') or (2000 if quick else 100_000):,}",
         "due": f"{_get(cluster, 'burst', 'due') or (200 if quick else 10_000):,}",
+        "herd": f"{_get(herd, 'herd', 'count') or (1000 if quick else 10_000):,}",
     }
 
 
@@ -319,6 +335,16 @@ test suites, so figures are noisy (load average at the end: {load}).
    (pg_stat_statements is not loaded on this server: `shared_preload_libraries` is empty). Then
    {due:,} of the sleepers made due at once (one UPDATE of their wake times): seconds from that moment
    until the last one completed.
+8. **The thundering herd**: two `workflows_worker --workers 2` commands (two machines' worth of workers:
+   this machine has {cores} cores, so four worker processes already share them) on the same PostgreSQL
+   database and broker, warm; {herd:,} `bench-napper` sleepers bulk-inserted as in part 7, then all given
+   one wake time two seconds ahead (one UPDATE). Seconds from that wake time until the last one completed;
+   timer lateness = the time journaled by the step after the sleep − the wake time, p50 and p99 over the
+   instances of a run; replayed more than once = instances whose epoch passed 2 (inserted at epoch 1, each
+   lease taken adds one, so a second replay of any kind shows); statements counted as in part 7, in both
+   commands and all their processes, ÷ the instances; CPU likewise from `/proc` (PostgreSQL's backends:
+   those alive at the end of the run; a connection closed meanwhile, as `CONN_MAX_AGE` closes them, takes
+   its backend's CPU with it, so that row is a floor).
 """
 
 
@@ -417,6 +443,7 @@ def write(results: dict, out_dir: Path) -> None:
         windows=1 if quick else 3,
         window=idle.get("window_seconds") or "?",
         due=_get(any_cluster, "burst", "due") or 0,
+        herd=_get(configs.get("postgres-orm-herd") or configs.get("postgres-redis-herd"), "herd", "count") or 0,
     )
     lines = [
         "# Benchmarks" + (" (QUICK run: small counts, one run each; not for reading figures)" if quick else ""),
@@ -431,7 +458,7 @@ def write(results: dict, out_dir: Path) -> None:
         "Cells: median (min–max) over the runs; ✓ / ✗ against the goal. Parts 1–3 and 6 run in one process"
         " on the inline executor (no broker: the third column does not apply); parts 4, 5 and 7 run through"
         " `workflows_worker`, with the ORM broker on SQLite and PostgreSQL, and with the Redis broker on"
-        " PostgreSQL.",
+        " PostgreSQL; part 8 through two `workflows_worker` commands, on PostgreSQL only.",
         "",
         markdown_table(rows),
         "",
@@ -458,6 +485,12 @@ def write(results: dict, out_dir: Path) -> None:
         if burst:
             details.append(f"- {c}: {burst['due']:,} due at once resumed at {burst['rate']:.0f}/s "
                            f"({burst['seconds']:.1f} s, one run)")
+    for c in ("postgres-orm-herd", "postgres-redis-herd"):
+        runs = _get(configs.get(c), "herd", "runs")
+        if runs:
+            details.append(f"- {c}: herd runs " + "; ".join(
+                f"{r['seconds']:.1f} s (lateness p99 {r['lateness_p99_ms'] / 1000:.1f} s, epochs {r['epochs']})"
+                for r in runs))
     for c in ("sqlite-orm", "postgres-orm", "postgres-redis", "postgres-orm-max-age-0"):
         t = _get(configs.get(c), "throughput")
         if t:

@@ -14,8 +14,9 @@ from django_workflows.errors import MissingExtra, WorkflowConfigError
 from django_workflows.policy import cpu_time_limit, validate_config, version_text
 from django_workflows.validation import is_event_type, is_workflow_name
 
-SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS", "LEASE_SECONDS",
-                 "POISON_LIMIT", "WAKE_BATCH", "RETENTION_BATCH", "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
+SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS",
+                 "LEASE_SECONDS", "POISON_LIMIT", "WAKE_BATCH", "REPLAY_BATCH", "REPLAY_THREADS", "RETENTION_BATCH",
+                 "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
 INTERVAL_SETTINGS = ("WAKE_INTERVAL", "SWEEP_INTERVAL", "IDLE_RECHECK_SECONDS")
 
 

@@ -61,6 +61,13 @@ DEFAULTS: dict[str, Any] = {
     "IDLE_RECHECK_SECONDS": 30.0,
     # Instances the wake-up loop claims per query.
     "WAKE_BATCH": 500,
+    # Replays one django-q2 task may carry when many instances become runnable at once (timers due
+    # together, create_batch, the sweeper): fewer tasks to enqueue, deliver and acknowledge. Each
+    # replay in a task is its own (one failing leaves the others be); 1 gives every replay a task.
+    "REPLAY_BATCH": 20,
+    # Threads such a task runs its replays on, each with a connection of its own, on a database that
+    # takes concurrent writers (not SQLite): a replay mostly waits for its commits.
+    "REPLAY_THREADS": 4,
     # Seconds between sweeps for expired leases and lost replay tasks.
     "SWEEP_INTERVAL": 5.0,
     # Seconds an instance may stay queued before the sweeper enqueues its replay again.

@@ -46,6 +46,34 @@ def enqueue(instance_pk: int) -> None:
         transaction.on_commit(lambda: _push(executor, instance_pk), using=router.db_for_write(Instance))
 
 
+def enqueue_many(instance_pks) -> None:
+    """``enqueue`` for several instances made runnable together: the executor may carry their replays in
+    fewer tasks (``BaseExecutor.enqueue_replays``)."""
+    from django.db import router, transaction
+
+    from django_workflows.models import Instance
+
+    pks = list(instance_pks)
+    if not pks:
+        return
+    executor = get_executor()
+    if executor.enqueues_in_transaction:
+        executor.enqueue_replays(pks)
+    elif executor.runs_inline:
+        transaction.on_commit(lambda: executor.enqueue_replays(pks), using=router.db_for_write(Instance))
+    else:
+        transaction.on_commit(lambda: _push_many(executor, pks), using=router.db_for_write(Instance))
+
+
+def _push_many(executor, instance_pks: list[int]) -> None:
+    # As _push: what could not be pushed is queued again by the sweeper.
+    try:
+        executor.enqueue_replays(instance_pks)
+    except Exception as exc:
+        logger.warning("could not enqueue the replays of %s instances (%s: %s); the sweeper will queue them "
+                       "again", len(instance_pks), type(exc).__name__, exc)
+
+
 def _push(executor, instance_pk: int) -> None:
     # After the commit: the instance is already queued in the database, and the sender's event or
     # change is stored. A broker that cannot take the task now (Redis restarting) must not turn that

@@ -11,6 +11,7 @@ from django.utils.module_loading import import_string
 # The tasks, by name: an executor runs them without importing the engine, which imports the store,
 # which calls the executor to enqueue.
 REPLAY_TASK = "django_workflows.tasks.run_replay"
+REPLAYS_TASK = "django_workflows.tasks.run_replays"
 PROBE_TASK = "django_workflows.tasks.answer_probe"
 
 
@@ -40,6 +41,13 @@ class BaseExecutor(ABC):
     @abstractmethod
     def enqueue_replay(self, instance_pk: int) -> None:
         """Arrange for one replay of the instance with primary key ``instance_pk``."""
+
+    def enqueue_replays(self, instance_pks: list[int]) -> None:
+        """Arrange for one replay of each instance: many made runnable at once (due timers, a batch
+        created). An executor whose tasks cost more than the replays they carry may put several in one
+        task; each replay stays its own, as if enqueued alone."""
+        for pk in instance_pks:
+            self.enqueue_replay(pk)
 
     def check(self) -> Iterable[CheckMessage]:
         """System-check messages about this executor's configuration."""

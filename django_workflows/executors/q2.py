@@ -1,7 +1,10 @@
 """Replays on a django-q2 cluster: the production executor.
 
 One replay is one django-q2 task whose only argument is the instance's
-primary key. With the ORM broker on the workflow tables' own database, the
+primary key; when many instances become runnable together (timers due at
+once, a batch created), one task carries the keys of up to ``REPLAY_BATCH``
+of them, whose replays it runs one after another, each as if alone
+(``django_workflows.tasks.run_replays``). With the ORM broker on the workflow tables' own database, the
 task row is written inside the transaction that made the instance runnable,
 so it exists exactly when that change commits; with another broker (Redis) it
 is pushed once the transaction commits. Either way a lost or duplicated task
@@ -18,7 +21,7 @@ from django.db import router
 
 from django_workflows.errors import WorkflowConfigError, require_extra
 from django_workflows.executors import q2_conf
-from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, BaseExecutor, run_task
+from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, REPLAYS_TASK, BaseExecutor, run_task
 from django_workflows.executors.q2_conf import ORM_BROKER, q_cluster
 
 TASK_GROUP = "django_workflows"
@@ -27,6 +30,26 @@ TASK_GROUP = "django_workflows"
 def uses_orm_broker() -> bool:
     conf = q_cluster()
     return bool(conf.get("orm")) and not conf.get("redis") and not conf.get("django_redis")
+
+
+def batches(instance_pks: list[int]) -> list[list[int]]:
+    """The instances split into tasks: as few as ``REPLAY_BATCH`` allows, yet at least two per worker
+    process of the cluster as configured here while there are instances enough, so that a few dozen due
+    at once still spread over the workers instead of queueing behind each other in one task."""
+    from django_q.conf import Conf
+
+    from django_workflows.conf import workflow_settings
+
+    count = len(instance_pks)
+    fewest = -(-count // max(workflow_settings.REPLAY_BATCH, 1))
+    tasks = max(fewest, min(count, 2 * max(int(Conf.WORKERS or 1), 1)))
+    size, extra = divmod(count, tasks) if tasks else (0, 0)
+    chunks, start = [], 0
+    for n in range(tasks):
+        end = start + size + (1 if n < extra else 0)
+        chunks.append(instance_pks[start:end])
+        start = end
+    return chunks
 
 
 class DjangoQExecutor(BaseExecutor):
@@ -52,6 +75,16 @@ class DjangoQExecutor(BaseExecutor):
         # save=False: a replay's outcome lives in the workflow tables, not in django-q2's results.
         async_task(REPLAY_TASK, instance_pk, task_name=f"replay-{instance_pk}", group=TASK_GROUP,
                    save=False, ack_failure=True)
+
+    def enqueue_replays(self, instance_pks: list[int]) -> None:
+        from django_q.tasks import async_task
+
+        for chunk in batches(instance_pks):
+            if len(chunk) == 1:
+                self.enqueue_replay(chunk[0])
+            else:
+                async_task(REPLAYS_TASK, chunk, task_name=f"replays-{chunk[0]}+{len(chunk) - 1}",
+                           group=TASK_GROUP, save=False, ack_failure=True)
 
     def enqueue_probe(self, worker_id: str) -> None:
         from django_q.tasks import async_task

@@ -14,7 +14,7 @@ from django.db.models import Case, Value, When
 
 from django_workflows import clock, limits
 from django_workflows.conf import workflow_settings
-from django_workflows.executors import enqueue
+from django_workflows.executors import enqueue_many
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.store import leases
 from django_workflows.store.retention import purge_finished
@@ -48,8 +48,7 @@ def wake_due(now: datetime | None = None) -> int:
                     InstanceStatus.WAITING, connection.ops.adapt_datetimefield_value(now), batch,
                 ])
                 claimed = [row[0] for row in cursor.fetchall()]
-            for pk in claimed:
-                enqueue(pk)
+            enqueue_many(claimed)
         woken += len(claimed)
         if len(claimed) < batch:
             return woken
@@ -91,11 +90,11 @@ def sweep(now: datetime | None = None) -> int:
                 crash_count=leases.crash_counted(connections[alias]), lease_owner="", lease_expires_at=None,
                 updated_at=now,
             )
-            for pk in Instance.objects.filter(pk__in=expired, status=InstanceStatus.QUEUED).values_list(
+            queued = list(Instance.objects.filter(pk__in=expired, status=InstanceStatus.QUEUED).values_list(
                 "pk", flat=True
-            ):
-                enqueue(pk)
-                redispatched += 1
+            ))
+            enqueue_many(queued)
+            redispatched += len(queued)
     slotted = sorted(name for name, own in limits.limited().items() if own.concurrency is not None)
     with transaction.atomic(using=alias):
         before = now - timedelta(seconds=workflow_settings.REDISPATCH_SECONDS)
@@ -110,8 +109,7 @@ def sweep(now: datetime | None = None) -> int:
         )
         if stale:
             Instance.objects.stale_queued(before).filter(pk__in=stale).update(updated_at=now)
-            for pk in stale:
-                enqueue(pk)
+            enqueue_many(stale)
             redispatched += len(stale)
     # The safety net of the hand-on at the end of each replay (a replay whose hand-on failed, a lost
     # task, a slot freed by a lease that expired): the oldest queued instances of each workflow with a
@@ -120,8 +118,7 @@ def sweep(now: datetime | None = None) -> int:
     for name in leases.with_queued(slotted):
         with transaction.atomic(using=alias):
             handed = leases.hand_on(name, limits.limited()[name].concurrency, now)
-            for pk in handed:
-                enqueue(pk)
+            enqueue_many(handed)
         redispatched += len(handed)
     return redispatched
 
@@ -176,10 +173,9 @@ def reclaim_dead_leases(now: datetime | None = None) -> int:
                 connection.ops.adapt_datetimefield_value(now), *leased, *dead,
             ])
             rows = cursor.fetchall()
-        for pk, status in rows:
-            if status == InstanceStatus.QUEUED:
-                enqueue(pk)
-                reclaimed += 1
+        queued = [pk for pk, status in rows if status == InstanceStatus.QUEUED]
+        enqueue_many(queued)
+        reclaimed += len(queued)
     return reclaimed
 
 

@@ -14,7 +14,7 @@ from django.db.models import F
 
 from django_workflows.error_journal import describe_error
 from django_workflows.errors import InstanceTerminated
-from django_workflows.executors import enqueue, get_executor
+from django_workflows.executors import enqueue, enqueue_many, get_executor
 from django_workflows.models import Event, Instance, InstanceStatus, ParentEndPolicy, Step
 from django_workflows.store import children, retention
 from django_workflows.transitions import PAUSE, TERMINATE
@@ -76,8 +76,7 @@ def insert_batch(workflow_name: str, instances: list[Instance]) -> tuple[dict[st
             Instance.objects.for_workflow(workflow_name).filter(instance_id__in=ids)
             .values_list("instance_id", "pk")
         )
-        for instance in new:
-            enqueue(rows[instance.instance_id])
+        enqueue_many([rows[instance.instance_id] for instance in new])
     return rows, [instance.instance_id for instance in new]
 
 

@@ -32,58 +32,44 @@ def get_executor():
 
 def enqueue(instance_pk: int) -> None:
     """Ask the executor for a replay of the instance, once the current transaction commits."""
-    from django.db import router, transaction
-
-    from django_workflows.models import Instance
-
-    executor = get_executor()
-    if executor.enqueues_in_transaction:
-        executor.enqueue_replay(instance_pk)
-    elif executor.runs_inline:
-        # The replay itself runs here: what goes wrong in it is the caller's to see, not a broker's.
-        transaction.on_commit(lambda: executor.enqueue_replay(instance_pk), using=router.db_for_write(Instance))
-    else:
-        transaction.on_commit(lambda: _push(executor, instance_pk), using=router.db_for_write(Instance))
+    _hand_over(lambda executor: executor.enqueue_replay(instance_pk), "a replay of instance %s", instance_pk)
 
 
 def enqueue_many(instance_pks) -> None:
     """``enqueue`` for several instances made runnable together: the executor may carry their replays in
     fewer tasks (``BaseExecutor.enqueue_replays``)."""
+    pks = list(instance_pks)
+    if pks:
+        _hand_over(lambda executor: executor.enqueue_replays(pks), "the replays of %s instances", len(pks))
+
+
+def _hand_over(send, what: str, detail) -> None:
+    """Call ``send(executor)`` when the executor should be told: within the transaction when its task
+    rows are written there, else once it commits."""
     from django.db import router, transaction
 
     from django_workflows.models import Instance
 
-    pks = list(instance_pks)
-    if not pks:
-        return
     executor = get_executor()
     if executor.enqueues_in_transaction:
-        executor.enqueue_replays(pks)
+        send(executor)
     elif executor.runs_inline:
-        transaction.on_commit(lambda: executor.enqueue_replays(pks), using=router.db_for_write(Instance))
+        # The replay itself runs here: what goes wrong in it is the caller's to see, not a broker's.
+        transaction.on_commit(lambda: send(executor), using=router.db_for_write(Instance))
     else:
-        transaction.on_commit(lambda: _push_many(executor, pks), using=router.db_for_write(Instance))
+        transaction.on_commit(lambda: _push(executor, send, what, detail), using=router.db_for_write(Instance))
 
 
-def _push_many(executor, instance_pks: list[int]) -> None:
-    # As _push: what could not be pushed is queued again by the sweeper.
-    try:
-        executor.enqueue_replays(instance_pks)
-    except Exception as exc:
-        logger.warning("could not enqueue the replays of %s instances (%s: %s); the sweeper will queue them "
-                       "again", len(instance_pks), type(exc).__name__, exc)
-
-
-def _push(executor, instance_pk: int) -> None:
+def _push(executor, send, what: str, detail) -> None:
     # After the commit: the instance is already queued in the database, and the sender's event or
     # change is stored. A broker that cannot take the task now (Redis restarting) must not turn that
     # into an error for the sender, whose retry would store the event twice: the sweeper queues every
     # instance left queued without a replay again (REDISPATCH_SECONDS).
     try:
-        executor.enqueue_replay(instance_pk)
+        send(executor)
     except Exception as exc:
-        logger.warning("could not enqueue a replay of instance %s (%s: %s); the sweeper will queue it again",
-                       instance_pk, type(exc).__name__, exc)
+        logger.warning(f"could not enqueue {what} (%s: %s); the sweeper will queue it again",
+                       detail, type(exc).__name__, exc)
 
 
 def reset() -> None:

@@ -27,7 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_workflows",  # before django_q, as the README says
+    "django_workflows",  # before django_q, as docs/install.md says
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",
@@ -101,7 +101,7 @@ else:
     if os.environ.get("TEST_DATABASE_NAME"):
         DATABASES["default"]["NAME"] = os.environ["TEST_DATABASE_NAME"]
 
-# The recommended django-q2 settings (README, "Running in production"). TEST_BROKER=redis switches
+# The recommended django-q2 settings (docs/how-to/production-postgresql.md). TEST_BROKER=redis switches
 # to the Redis broker for the worker tests that run against it.
 Q_CLUSTER = {
     "name": os.environ.get("TEST_Q_CLUSTER_NAME", "tests"),

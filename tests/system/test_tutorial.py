@@ -1,15 +1,16 @@
 """The tutorial (docs/tutorial.md), done as a new user would do it, from a copy of the repository.
 
-Every code block of the tutorial is executed. ``console`` blocks are typed into a shell, one ``$ ``
-line at a time: ``cd`` and ``source .venv/bin/activate`` change the shell's directory and PATH, the
-long-running commands (``workflows_worker``, ``runserver``) start in a terminal of their own, every
-other command must exit 0. ``python`` blocks carry the file they belong in as their title
-(```` ```python title="expenses/workflows.py" ````): a file that exists (``startproject`` made it) gets the
-block added to its end, as the tutorial says, any other is created. A block of another kind, or a
-python block without a title, fails the test: nothing in the tutorial goes unexecuted.
+Every code block of the tutorial is executed, except ``text`` blocks, which picture the directories.
+``console`` blocks are typed into a shell, one ``$ `` line at a time: ``cd`` and ``source
+.venv/bin/activate`` change the shell's directory and PATH, the long-running commands
+(``workflows_worker``, ``runserver``) start in a terminal of their own, every other command must exit
+0. ``python`` blocks carry the file they belong in as their title (```` ```python
+title="expenses/workflows.py" ````): a file that exists (``startproject`` made it) gets the block added
+to its end, as the tutorial says, any other is created. A block of another kind, or a python block
+without a title, fails the test: nothing in the tutorial goes unexecuted.
 
 The directory starts with the repository's tracked files copied into ``django-workflows/`` (what a
-clone holds, with this working tree's changes), and a new virtualenv is made in it by the tutorial's
+clone holds, with this working tree's changes), and a new virtualenv is made beside it by the tutorial's
 own ``python3 -m venv``: no package of the test suite's is visible. The Approve click is the admin's
 own form, posted to ``runserver`` by a logged-in session: the login page, the *Waiting for approval*
 page and its form for ``expense-1``, as the tutorial says to click through them.
@@ -48,6 +49,17 @@ def tutorial_blocks() -> list[tuple[str, str | None, str]]:
         title = re.search(r'title="([^"]+)"', attributes)
         blocks.append((language, title and title[1], match["body"]))
     return blocks
+
+
+def commands_of(console: str) -> list[tuple[str, list[str]]]:
+    """A console block's commands (the ``$ `` lines), each with the lines the tutorial shows it print."""
+    commands: list[tuple[str, list[str]]] = []
+    for line in console.splitlines():
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        elif line.strip():
+            commands[-1][1].append(line)
+    return commands
 
 
 def free_port() -> int:
@@ -160,6 +172,8 @@ def test_every_block_of_the_tutorial_is_one_the_test_can_run():
     blocks = tutorial_blocks()
     assert blocks, TUTORIAL
     for language, title, body in blocks:
+        if language == "text":
+            continue  # a picture of the directories, not something to run
         assert language in ("console", "python"), f"a ```{language} block the test cannot run:\n{body}"
         if language == "python":
             assert title, f"a python block without the file it belongs in (title=...):\n{body}"
@@ -174,6 +188,8 @@ def test_the_tutorial_as_written(tmp_path):
     describe_outputs = []
     try:
         for language, title, body in tutorial_blocks():
+            if language == "text":
+                continue
             if language == "python":
                 target = shell.cwd / title
                 if target.exists():
@@ -181,19 +197,21 @@ def test_the_tutorial_as_written(tmp_path):
                 else:
                     target.write_text(body)
                 continue
-            for line in body.splitlines():
-                if not line.startswith("$ "):
-                    continue  # what the command prints
-                command = line[2:]
+            for command, printed in commands_of(body):
                 if "runserver" in command:
                     approve_in_the_admin(shell, command, port)
                     continue
                 shell.type(command, port)
+                for line in printed:  # what the tutorial shows the command printing, it prints
+                    assert line in shell.last_output().splitlines(), (line, shell.last_output())
                 if "workflows_worker" in command:
                     wait_until(lambda project=shell.cwd: status_of(shell, project) == "waiting",
                                what="the wait")
                 if "workflows instances describe" in command:
                     describe_outputs.append(shell.last_output())
+                if "workflows instances list" in command:  # "It is queued: nothing runs it yet."
+                    listed = shell.last_output()
+                    assert re.search(r"^expense-1 .*\bqueued\b", listed, re.M), listed
                 if "workflows trigger" in command:
                     assert shell.last_output().splitlines()[-1] == "expense-1", shell.last_output()
     finally:

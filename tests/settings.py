@@ -6,6 +6,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import django
+
 # The example project's app (example_project/examples) is tested with the rest; every process that
 # uses these settings (worker subprocesses, manage.py check) finds it.
 EXAMPLE_PROJECT = str(Path(__file__).resolve().parent.parent / "example_project")
@@ -31,6 +33,9 @@ INSTALLED_APPS = [
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",
+    # The tasks executor's database backend; Django 5.2 has the framework from the django-tasks backport.
+    *([] if django.VERSION >= (6, 0) else ["django_tasks"]),
+    "django_tasks_db",
     "tests.testapp.apps.TestAppConfig",
     "examples",  # example_project/examples, on the path through pytest's pythonpath
 ]
@@ -121,6 +126,13 @@ else:
     # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
     Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
 
+# The tasks executor's tests enqueue replays on "workflows", a django-tasks-db backend with a queue of
+# its own, as a project that keeps the default backend for its other tasks would.
+tasks_framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+TASKS = {
+    "default": {"BACKEND": f"{tasks_framework}.backends.immediate.ImmediateBackend"},
+    "workflows": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["workflows"]},
+}
 
 DJANGO_WORKFLOWS = {}
 if os.environ.get("TEST_WORKFLOWS_SETTINGS"):

@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bench_workflows")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "7"))
 INLINE = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+TASKS_EXECUTOR = {"EXECUTOR": "django_workflows.executors.tasks.TasksExecutor"}
 # Variables the children must not inherit from whoever runs this (a test shell's DATABASE_URL, say).
 SCRUBBED = ("DATABASE_URL", "TEST_DATABASE_NAME", "TEST_BROKER", "TEST_REDIS_DB", "TEST_WORKFLOWS_SETTINGS",
             "TEST_Q_CLUSTER_NAME", "TEST_AUDIT_REPLAYS", "BENCH_QUERY_LOG", "BENCH_WORKFLOWS_SETTINGS",
@@ -127,7 +128,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small counts, one run each (CI)")
     parser.add_argument("--only", default="", help="comma-separated configurations: sqlite, postgres, "
                         "sqlite-orm, postgres-orm, postgres-redis, postgres-orm-scheduled, "
-                        "postgres-orm-max-age-0, postgres-orm-herd, postgres-redis-herd")
+                        "postgres-orm-max-age-0, postgres-tasks, postgres-orm-herd, postgres-redis-herd")
     parser.add_argument("--profile", action="store_true", help="also record py-spy profiles of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and the databases")
     parser.add_argument("--output", default="", help="where REPORT.md goes (default: benchmarks/, or "
@@ -175,6 +176,8 @@ def main() -> int:
         # postgres-orm with Django's default CONN_MAX_AGE = 0, smaller (2,000 would take minutes a run).
         plan.append(("postgres-orm-max-age-0", "cluster", None, "orm", pg_missing,
                      {"BENCH_CONN_MAX_AGE": "0", "parts": "throughput,latency,idle", "count": "500"}))
+    # Part 4 on the tasks executor (django-tasks-db's db_worker) instead of django-q2, on PostgreSQL.
+    plan.append(("postgres-tasks", "tasks", None, "orm", pg_missing, {}))
     # The thundering herd through two worker commands (benchmarks/herd.py): the ORM broker, and the
     # Redis broker in the full run.
     plan.append(("postgres-orm-herd", "herd", None, "orm", pg_missing, {}))
@@ -208,6 +211,10 @@ def main() -> int:
                 if profile_dir and not failure:
                     failure = run_child(["benchmarks.profile", "--out-dir", str(profile_dir)],
                                         child_env(database, broker, INLINE), timeout=600)
+            elif kind == "tasks":
+                failure = run_child(["benchmarks.tasks_executor", "--out", str(out), "--work-dir", str(work),
+                                     "--name", name, *quick], child_env(database, broker, TASKS_EXECUTOR, extra),
+                                    timeout=1200)
             elif kind == "herd":
                 if broker == "redis":
                     flush_redis()

@@ -125,8 +125,14 @@ faketime:
 #                       the thundering herd, through two workflows_worker commands on PostgreSQL.
 # make bench QUICK=1  - small counts, one run each (CI, under 3 minutes): writes benchmarks/quick/REPORT.md;
 #                       reports goals, asserts none.
+# make bench SCALE=1  - only the scale part (benchmarks/scale.py, ~15 minutes): PostgreSQL's bench_scale
+#                       (created and dropped) loaded with 1,000,000 instances, 10,000,000 steps and
+#                       1,000,000 events; the admin's and the API's pages, the CLI's list, the wake-up
+#                       query, the sweeper and retention timed and explained; writes benchmarks/SCALE.md.
+#                       SCALE_INSTANCES, SCALE_STEPS, SCALE_EVENTS load less.
 QUICK ?=
+SCALE ?=
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q --disable-pip-version-check -r benchmarks/requirements.txt || \
 		echo "== could not install benchmarks/requirements.txt: the DBOS rows will say why"
-	$(PY) -m benchmarks $(if $(filter 1 yes true,$(QUICK)),--quick)
+	$(PY) -m benchmarks $(if $(filter 1 yes true,$(QUICK)),--quick) $(if $(filter 1 yes true,$(SCALE)),--scale)

@@ -131,9 +131,14 @@ def main() -> int:
                         "postgres-orm-max-age-0, postgres-tasks, postgres-orm-herd, postgres-redis-herd")
     parser.add_argument("--profile", action="store_true", help="also record py-spy profiles of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and the databases")
+    parser.add_argument("--scale", action="store_true", help="only the scale part (benchmarks/scale.py): a "
+                        "million instances on PostgreSQL, the request paths timed and explained; writes "
+                        "benchmarks/SCALE.md")
     parser.add_argument("--output", default="", help="where REPORT.md goes (default: benchmarks/, or "
                         "benchmarks/quick/ with --quick)")
     args = parser.parse_args()
+    if args.scale:
+        return scale(args.keep)
     started = time.time()
     # A profiled run is perturbed by the profilers: its report goes beside the profiles, not over REPORT.md.
     out_dir = Path(args.output) if args.output else (
@@ -259,6 +264,32 @@ def main() -> int:
 
     report.write(results, out_dir)
     return 1 if results["failed"] else 0
+
+
+def scale(keep: bool) -> int:
+    """The scale part, in a database of its own (``bench_scale`` beside ``BENCH_POSTGRES_URL``'s)."""
+    postgres = Postgres(POSTGRES_URL.rsplit("/", 1)[0] + "/bench_scale")
+    missing = postgres.reachable()
+    if missing:
+        log(f"== scale: not measured ({missing})")
+        return 1
+    with postgres._admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{postgres.name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{postgres.name}" TEMPLATE template0')
+    database = {"name": postgres.name, "url": postgres.url()}
+    try:
+        env = child_env(database, "orm", {})
+        subprocess.run([sys.executable, "-m", "django", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        failure = run_child(["benchmarks.scale"], env, timeout=3600)
+    finally:
+        if keep:
+            log(f"kept the database {postgres.name} (python -m benchmarks.scale --reuse measures it again)")
+        else:
+            with postgres._admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{postgres.name}" WITH (FORCE)')
+    if failure:
+        log(f"== scale: {failure}")
+    return 1 if failure else 0
 
 
 def machine() -> dict:

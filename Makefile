@@ -3,6 +3,7 @@
 # make test-all - the same with the system tier (tests/system: worker processes, a browser, load, a fresh
 #               project, the demo): what CI runs, about 20 minutes on two cores
 # make demo   - a small end-to-end example on SQLite (its own, smaller install: the package and [demo])
+# make docs   - build the documentation site (docs/, mkdocs.yml) into site/ with mkdocs --strict
 # make dist   - build the sdist and wheel into dist/, twine check them, install the wheel in a new venv
 # make chromium - install Debian's Chromium for the admin's browser test (CI does; needs root)
 # make faketime - install Debian's faketime for the clock-skew tests (CI does; needs root)
@@ -23,7 +24,7 @@ TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 TIERS ?= fast
 TEST_PATHS := $(if $(filter all,$(TIERS)),,tests/unit tests/integration example_project)
 
-.PHONY: test test-all test-sqlite test-postgres chaos demo demo-smoke clean bench dist chromium faketime
+.PHONY: test test-all test-sqlite test-postgres chaos demo demo-smoke clean bench dist docs chromium faketime
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,7 +87,17 @@ demo-smoke: $(VENV)/.installed-demo
 	SQLITE_PATH=$(CURDIR)/example_project/demo-smoke.sqlite3 $(MAKE) demo DEMO_ARGS="--exit-when-settled --port 0"
 
 clean:
-	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3* dist
+	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3* dist site
+
+# The site needs only MkDocs and its plugins: the API reference reads the package's source, not an import.
+$(VENV)/.installed-docs: docs/requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r docs/requirements.txt
+	@touch $@
+
+# --strict: a broken link, a missing anchor or an API reference that does not resolve fails the build.
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # What `pip install /path/to/checkout` and a PyPI upload would get: built, checked, installed, imported.
 dist: $(VENV)/.installed
@@ -114,8 +125,14 @@ faketime:
 #                       the thundering herd, through two workflows_worker commands on PostgreSQL.
 # make bench QUICK=1  - small counts, one run each (CI, under 3 minutes): writes benchmarks/quick/REPORT.md;
 #                       reports goals, asserts none.
+# make bench SCALE=1  - only the scale part (benchmarks/scale.py, ~15 minutes): PostgreSQL's bench_scale
+#                       (created and dropped) loaded with 1,000,000 instances, 10,000,000 steps and
+#                       1,000,000 events; the admin's and the API's pages, the CLI's list, the wake-up
+#                       query, the sweeper and retention timed and explained; writes benchmarks/SCALE.md.
+#                       SCALE_INSTANCES, SCALE_STEPS, SCALE_EVENTS load less.
 QUICK ?=
+SCALE ?=
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q --disable-pip-version-check -r benchmarks/requirements.txt || \
 		echo "== could not install benchmarks/requirements.txt: the DBOS rows will say why"
-	$(PY) -m benchmarks $(if $(filter 1 yes true,$(QUICK)),--quick)
+	$(PY) -m benchmarks $(if $(filter 1 yes true,$(QUICK)),--quick) $(if $(filter 1 yes true,$(SCALE)),--scale)

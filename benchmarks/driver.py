@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/bench_workflows")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "7"))
 INLINE = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+TASKS_EXECUTOR = {"EXECUTOR": "django_workflows.executors.tasks.TasksExecutor"}
 # Variables the children must not inherit from whoever runs this (a test shell's DATABASE_URL, say).
 SCRUBBED = ("DATABASE_URL", "TEST_DATABASE_NAME", "TEST_BROKER", "TEST_REDIS_DB", "TEST_WORKFLOWS_SETTINGS",
             "TEST_Q_CLUSTER_NAME", "TEST_AUDIT_REPLAYS", "BENCH_QUERY_LOG", "BENCH_WORKFLOWS_SETTINGS",
@@ -127,12 +128,17 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small counts, one run each (CI)")
     parser.add_argument("--only", default="", help="comma-separated configurations: sqlite, postgres, "
                         "sqlite-orm, postgres-orm, postgres-redis, postgres-orm-scheduled, "
-                        "postgres-orm-max-age-0, postgres-orm-herd, postgres-redis-herd")
+                        "postgres-orm-max-age-0, postgres-tasks, postgres-orm-herd, postgres-redis-herd")
     parser.add_argument("--profile", action="store_true", help="also record py-spy profiles of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and the databases")
+    parser.add_argument("--scale", action="store_true", help="only the scale part (benchmarks/scale.py): a "
+                        "million instances on PostgreSQL, the request paths timed and explained; writes "
+                        "benchmarks/SCALE.md")
     parser.add_argument("--output", default="", help="where REPORT.md goes (default: benchmarks/, or "
                         "benchmarks/quick/ with --quick)")
     args = parser.parse_args()
+    if args.scale:
+        return scale(args.keep)
     started = time.time()
     # A profiled run is perturbed by the profilers: its report goes beside the profiles, not over REPORT.md.
     out_dir = Path(args.output) if args.output else (
@@ -175,6 +181,8 @@ def main() -> int:
         # postgres-orm with Django's default CONN_MAX_AGE = 0, smaller (2,000 would take minutes a run).
         plan.append(("postgres-orm-max-age-0", "cluster", None, "orm", pg_missing,
                      {"BENCH_CONN_MAX_AGE": "0", "parts": "throughput,latency,idle", "count": "500"}))
+    # Part 4 on the tasks executor (django-tasks-db's db_worker) instead of django-q2, on PostgreSQL.
+    plan.append(("postgres-tasks", "tasks", None, "orm", pg_missing, {}))
     # The thundering herd through two worker commands (benchmarks/herd.py): the ORM broker, and the
     # Redis broker in the full run.
     plan.append(("postgres-orm-herd", "herd", None, "orm", pg_missing, {}))
@@ -208,6 +216,10 @@ def main() -> int:
                 if profile_dir and not failure:
                     failure = run_child(["benchmarks.profile", "--out-dir", str(profile_dir)],
                                         child_env(database, broker, INLINE), timeout=600)
+            elif kind == "tasks":
+                failure = run_child(["benchmarks.tasks_executor", "--out", str(out), "--work-dir", str(work),
+                                     "--name", name, *quick], child_env(database, broker, TASKS_EXECUTOR, extra),
+                                    timeout=1200)
             elif kind == "herd":
                 if broker == "redis":
                     flush_redis()
@@ -252,6 +264,32 @@ def main() -> int:
 
     report.write(results, out_dir)
     return 1 if results["failed"] else 0
+
+
+def scale(keep: bool) -> int:
+    """The scale part, in a database of its own (``bench_scale`` beside ``BENCH_POSTGRES_URL``'s)."""
+    postgres = Postgres(POSTGRES_URL.rsplit("/", 1)[0] + "/bench_scale")
+    missing = postgres.reachable()
+    if missing:
+        log(f"== scale: not measured ({missing})")
+        return 1
+    with postgres._admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{postgres.name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{postgres.name}" TEMPLATE template0')
+    database = {"name": postgres.name, "url": postgres.url()}
+    try:
+        env = child_env(database, "orm", {})
+        subprocess.run([sys.executable, "-m", "django", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        failure = run_child(["benchmarks.scale"], env, timeout=3600)
+    finally:
+        if keep:
+            log(f"kept the database {postgres.name} (python -m benchmarks.scale --reuse measures it again)")
+        else:
+            with postgres._admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{postgres.name}" WITH (FORCE)')
+    if failure:
+        log(f"== scale: {failure}")
+    return 1 if failure else 0
 
 
 def machine() -> dict:

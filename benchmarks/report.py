@@ -394,6 +394,29 @@ def scheduled_table(results) -> list[str]:
     return lines + [""]
 
 
+def tasks_table(results) -> list[str]:
+    """Part 4 on PostgreSQL: django-q2 (postgres-orm) against the tasks executor (postgres-tasks)."""
+    configs = results["configs"]
+    if "postgres-tasks" not in configs or "postgres-orm" not in configs:
+        return []
+    measures = [
+        ("throughput, 3-step workflows/s", ("throughput", "rate"), "/s"),
+        ("CPU per workflow: the worker processes", ("throughput", "worker_cpu_ms"), " ms"),
+        ("CPU per workflow: PostgreSQL's backends", ("throughput", "backend_cpu_ms"), " ms"),
+    ]
+    lines = ["### PostgreSQL: django-q2 against Django's tasks framework", "",
+             "Part 4 again on the tasks executor (`django_workflows.executors.tasks.TasksExecutor`): the same "
+             "instances, replayed by two `manage.py db_worker --interval 0.1` processes of django-tasks-db (one "
+             "task at a time each), with `workflows_worker --no-cluster` beside them.", "",
+             "| measure | django-q2, `workflows_worker --workers 2` (the table above) | tasks executor, "
+             "2 × `db_worker` |",
+             "|---|---|---|"]
+    for label, path, unit in measures:
+        lines.append(f"| {label} | {fmt(_get(configs['postgres-orm'], *path), unit)} | "
+                     f"{fmt(_get(configs['postgres-tasks'], *path), unit)} |")
+    return lines + [""]
+
+
 def synchronous_table(results) -> list[str]:
     """SQLite with synchronous=NORMAL (the table above) against FULL, which README recommends."""
     configs = results["configs"]
@@ -507,6 +530,7 @@ def write(results: dict, out_dir: Path) -> None:
         lines += ["### Details", "", *details, ""]
     lines += max_age_table(results)
     lines += scheduled_table(results)
+    lines += tasks_table(results)
     lines += synchronous_table(results)
     if not quick:
         past = history.record(results, out_dir)

@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import django
+
 SECRET_KEY = "benchmarks-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -39,6 +41,10 @@ INSTALLED_APPS = [
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",
+    # The tasks executor's configuration (benchmarks/tasks_executor.py); Django 5.2 has the framework from
+    # the django-tasks backport.
+    *([] if django.VERSION >= (6, 0) else ["django_tasks"]),
+    "django_tasks_db",
     "benchmarks.apps.BenchmarksConfig",
 ]
 
@@ -124,6 +130,10 @@ else:
     Q_CLUSTER["orm"] = "default"
     # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
     Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
+
+# The tasks executor's backend, on the benchmark's database: its replays are rows of django-tasks-db's
+# table that db_worker runs.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 DJANGO_WORKFLOWS = json.loads(os.environ.get("BENCH_WORKFLOWS_SETTINGS") or "{}")
 

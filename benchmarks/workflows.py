@@ -157,3 +157,15 @@ for _n in range(int(__import__("os").environ.get("BENCH_LIMITS", "0"))):
         "name": f"bench-limited-{_n}", "concurrency": 10, "rate_limit": "100/minute",
         "run": _scheduled_run, "__module__": __name__,
     })
+
+
+class BenchApproval(WorkflowEntrypoint):
+    """Waits for a person's approval (the admin's approval queue), then one step. The scale benchmark
+    loads instances of it."""
+
+    name = "bench-approval"
+    approvals = {"approval"}
+
+    def run(self, event, step):
+        step.wait_for_event("wait", "approval", timeout="7 days")
+        return step.do("s", _one)

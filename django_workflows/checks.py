@@ -210,7 +210,7 @@ def check_workflows(app_configs=None, **kwargs):
             messages.append(Error(
                 f"{where}.events: {problem}.",
                 hint="events = {'manager-approval': {'permission': 'app.codename', 'approval': True, "
-                     "'schema': {...}}, 'provider-webhook': {'webhook': True}}; see declared events in the README.",
+                     "'schema': {...}}, 'provider-webhook': {'webhook': True}}; see docs/guide/events.md.",
                 id="django_workflows.E013",
             ))
         if isinstance(getattr(cls, "events", None), dict) and not problems:

@@ -79,7 +79,7 @@ DEFAULTS: dict[str, Any] = {
     # Instances deleted per batch by the worker's retention sweep.
     "RETENTION_BATCH": 500,
     # Dotted paths of DRF authentication classes for the API; None: session and token (when
-    # rest_framework.authtoken is installed). Basic authentication is left out on purpose: see README.
+    # rest_framework.authtoken is installed). Basic authentication is left out on purpose: see docs/guide/api.md.
     "API_AUTHENTICATION_CLASSES": None,
     # Whether anyone may read the API's OpenAPI schema; by default it needs view_instance.
     "API_SCHEMA_PUBLIC": False,

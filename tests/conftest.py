@@ -1,14 +1,20 @@
+import django
 from django.conf import settings
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``postgres`` run only in the PostgreSQL pass; the SQLite pass deselects them.
-    Tests marked ``chaos`` take minutes: they run only when ``-m`` names them (``make chaos``)."""
+    Tests marked ``chaos`` take minutes: they run only when ``-m`` names them (``make chaos``).
+    Tests marked ``backport`` are about django-tasks, the tasks framework of Django 5.2: Django 6
+    deselects them."""
     postgres = "postgresql" in settings.DATABASES["default"]["ENGINE"]
     chaos = "chaos" in (config.getoption("markexpr") or "")
+    backport = django.VERSION < (6, 0)
 
     def wanted(item) -> bool:
         if item.get_closest_marker("postgres") and not postgres:
+            return False
+        if item.get_closest_marker("backport") and not backport:
             return False
         return chaos or not item.get_closest_marker("chaos")
 
@@ -23,6 +29,8 @@ def pytest_collection_modifyitems(config, items):
         "are the chaos test (make chaos)":
             sum(1 for item in deselected if item.get_closest_marker("chaos")
                 and not (item.get_closest_marker("postgres") and not postgres)),
+        "are about the django-tasks backport (Django 5.2 only)":
+            sum(1 for item in deselected if item.get_closest_marker("backport")),
     }
 
 

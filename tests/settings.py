@@ -6,6 +6,8 @@ import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import django
+
 # The example project's app (example_project/examples) is tested with the rest; every process that
 # uses these settings (worker subprocesses, manage.py check) finds it.
 EXAMPLE_PROJECT = str(Path(__file__).resolve().parent.parent / "example_project")
@@ -27,10 +29,13 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_workflows",  # before django_q, as the README says
+    "django_workflows",  # before django_q, as docs/install.md says
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",
+    # The tasks executor's database backend; Django 5.2 has the framework from the django-tasks backport.
+    *([] if django.VERSION >= (6, 0) else ["django_tasks"]),
+    "django_tasks_db",
     "tests.testapp.apps.TestAppConfig",
     "examples",  # example_project/examples, on the path through pytest's pythonpath
 ]
@@ -101,7 +106,7 @@ else:
     if os.environ.get("TEST_DATABASE_NAME"):
         DATABASES["default"]["NAME"] = os.environ["TEST_DATABASE_NAME"]
 
-# The recommended django-q2 settings (README, "Running in production"). TEST_BROKER=redis switches
+# The recommended django-q2 settings (docs/how-to/production-postgresql.md). TEST_BROKER=redis switches
 # to the Redis broker for the worker tests that run against it.
 Q_CLUSTER = {
     "name": os.environ.get("TEST_Q_CLUSTER_NAME", "tests"),
@@ -121,6 +126,13 @@ else:
     # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
     Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
 
+# The tasks executor's tests enqueue replays on "workflows", a django-tasks-db backend with a queue of
+# its own, as a project that keeps the default backend for its other tasks would.
+tasks_framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+TASKS = {
+    "default": {"BACKEND": f"{tasks_framework}.backends.immediate.ImmediateBackend"},
+    "workflows": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["workflows"]},
+}
 
 DJANGO_WORKFLOWS = {}
 if os.environ.get("TEST_WORKFLOWS_SETTINGS"):

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from django_workflows.definition import registry
-from django_workflows.describe import describe_limits, describe_workflow, status_counts
+from django_workflows.describe import describe_limits, describe_workflow, workflow_status_totals
 from django_workflows.drawing.diagram import render_diagram
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.outline import diagram_for
@@ -26,7 +26,7 @@ class WorkflowPages:
     def workflows_view(self, request):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        counts = status_counts()
+        counts = workflow_status_totals()
         rows = []
         for name in registry.names():
             cls = registry.get(name)
@@ -47,7 +47,7 @@ class WorkflowPages:
         )
 
     @staticmethod
-    def _count_badges(name: str, counts: dict[str, int]) -> list[dict]:
+    def _count_badges(name: str, counts: dict) -> list[dict]:
         base = reverse("admin:django_workflows_instance_changelist")
         return [
             {

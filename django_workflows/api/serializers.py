@@ -204,7 +204,11 @@ class InstanceSummarySerializer(Described):
 
 
 class InstancePageSerializer(Described):
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(
+        help_text="How many instances match: exact up to 10,000, PostgreSQL's estimate above that (see "
+                  "count_estimated).")
+    count_estimated = serializers.BooleanField(
+        help_text="Whether count is the database's estimate: counting a million instances would read them all.")
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = InstanceSummarySerializer(many=True)

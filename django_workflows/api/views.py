@@ -22,6 +22,7 @@ from django_workflows.api import serializers as s
 from django_workflows.api.access import APIAccess
 from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
+from django_workflows.counts import CountingPaginator
 from django_workflows.definition import registry
 from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
 from django_workflows.models import Instance, InstanceStatus
@@ -127,6 +128,7 @@ class WorkflowDetailView(WorkflowAPIView):
 
 class InstancePagination(PageNumberPagination):
     page_size_query_param = "per_page"
+    django_paginator_class = CountingPaginator
     max_page_size = 1000
 
     def get_page_size(self, request):
@@ -148,6 +150,7 @@ class InstancePagination(PageNumberPagination):
     def get_paginated_response(self, data):
         return Response(s.InstancePageSerializer({
             "count": self.page.paginator.count,
+            "count_estimated": self.page.paginator.counted.estimated,
             "next": self.get_next_link(),
             "previous": self.get_previous_link(),
             "results": data,

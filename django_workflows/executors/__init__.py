@@ -80,8 +80,9 @@ def reset() -> None:
 
 
 def _settings_changed(*, setting, **kwargs):
-    # The executor is built from DJANGO_WORKFLOWS, and the django-q2 one checks its broker when built.
-    if setting in ("DJANGO_WORKFLOWS", "Q_CLUSTER"):
+    # The executor is built from DJANGO_WORKFLOWS; the django-q2 one checks its broker when built, and
+    # the tasks one takes its backend from TASKS.
+    if setting in ("DJANGO_WORKFLOWS", "Q_CLUSTER", "TASKS"):
         reset()
 
 

@@ -21,7 +21,7 @@ from django.conf import settings
 
 ORM_BROKER = "django_workflows.broker.ORMBroker"
 
-#: ``Q_CLUSTER`` when the project sets none (the README's recommended settings).
+#: ``Q_CLUSTER`` when the project sets none (the recommended settings of docs/how-to/production-postgresql.md).
 RECOMMENDED = {
     "name": "workflows",
     "orm": "default",  # the workflow tables' database, once the routers can be asked (install_broker_alias)

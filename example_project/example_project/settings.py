@@ -20,7 +20,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_workflows",  # before django_q, as the README says
+    "django_workflows",  # before django_q, as docs/install.md says
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",

@@ -77,7 +77,7 @@ def test_a_connection_killed_after_a_step_returns_is_never_seen_by_run(saga):
         assert instance.status() == {"status": "complete", "output": {"status": "paid", "charged": 120},
                                      "error": None}
     assert seen["caught"] == [] and seen["compensate"] == 0
-    assert seen["charge"] == 2  # at least once: the body ran again, as the README says a step may
+    assert seen["charge"] == 2  # at least once: the body ran again, as docs/concepts/guarantees.md says a step may
 
 
 class HoldsALockPastTheEnginesPatience(WorkflowEntrypoint):

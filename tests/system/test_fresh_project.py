@@ -1,13 +1,16 @@
 """A new user's first hour: a fresh ``startproject`` given exactly the README's install lines works.
 
 The project is made by ``django-admin startproject``; its settings and URLs get the Python blocks of
-the README's "Install into a project" section as written (the blocks that start ``# settings.py``,
-``# urls.py`` and ``# python manage.py shell``), and its one app the README's example workflow, with
-fakes for the payment provider it calls. Everything then runs as the user would run it, in real
+the README's "Install" section as written (the blocks that start ``# settings.py`` and ``# urls.py``,
+which docs/install.md repeats word for word), and its one app the README's workflow ("A workflow"),
+with fakes for the payment provider it calls. Everything then runs as the user would run it, in real
 processes: ``check`` says nothing, ``workflows trigger`` prints the id, ``workflows_worker`` runs the
-instance on the ORM broker of the project's own SQLite file, a token made by ``drf_create_token`` sends
-the approval through ``runserver`` with the README's ``curl``, and the instance completes. A broker
+instance on the ORM broker of the project's own SQLite file, a user given permissions by the block of
+docs/install.md that starts ``# python manage.py shell`` and a token made by ``drf_create_token`` sends
+the approval through ``runserver`` with that page's ``curl``, and the instance completes. A broker
 whose package is missing is then refused in one line, and nothing is created.
+
+The tutorial (docs/tutorial.md) is run as written by test_tutorial.py, in a new virtualenv.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPOSITORY = Path(__file__).resolve().parents[2]
+README = REPOSITORY / "README.md"
+INSTALL_PAGE = REPOSITORY / "docs" / "install.md"
 
 # The outside services the README's example calls: a payment provider cannot exist here.
 FAKE_SERVICES = '''
@@ -45,11 +50,11 @@ def charge(payment):
 '''
 
 
-def readme_section(title: str) -> str:
-    text = README.read_text()
+def readme_section(title: str, page: Path = README) -> str:
+    text = page.read_text()
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
-    return text[start:end]
+    return text[start:end] if end != -1 else text[start:]
 
 
 def code_blocks(section: str, language: str) -> list[str]:
@@ -125,20 +130,26 @@ def project(tmp_path_factory) -> Project:
     subprocess.run([sys.executable, "-m", "django", "startproject", "mysite", str(root)], check=True)
     fresh = Project(root)
     fresh.manage("startapp", "billing")
-    section = readme_section("Install into a project")
+    section = readme_section("Install")
     settings = root / "mysite" / "settings.py"
     settings.write_text(settings.read_text() + "\n" + block_for(section, "# settings.py")
                         + '\nINSTALLED_APPS += ["billing"]  # the project\'s own app, with its workflows.py\n')
     urls = root / "mysite" / "urls.py"
     urls.write_text(urls.read_text() + "\n" + block_for(section, "# urls.py"))
-    example = code_blocks(readme_section("Writing a workflow"), "python")[0]
+    (example,) = code_blocks(readme_section("A workflow"), "python")
     imports, _, body = example.partition("\n\n")
     (root / "billing" / "workflows.py").write_text(imports + "\n" + FAKE_SERVICES + body)
     return fresh
 
 
+def test_the_install_page_repeats_the_readme_settings_word_for_word():
+    readme, page = readme_section("Install"), INSTALL_PAGE.read_text()
+    for first_line in ("# settings.py", "# urls.py"):
+        assert f"```python\n{block_for(readme, first_line)}```" in page, first_line
+
+
 def test_the_readme_install_section_gives_a_working_project(project):
-    section = readme_section("Install into a project")
+    section = readme_section("Who may do what", INSTALL_PAGE)
     migrate = project.manage("migrate", "-v", "0")
     assert migrate.stdout + migrate.stderr == ""  # no warning from django-q2 or the checks
 
@@ -163,13 +174,13 @@ def test_the_readme_install_section_gives_a_working_project(project):
         waiting = project.wait_for(instance_id, "waiting")
         assert waiting["status"] == "waiting", waiting
 
-        # The README's permissions snippet, then a token for the user it made.
+        # The install page's permissions snippet, then a token for the user it made.
         shell = project.manage("shell", "-c", block_for(section, "# python manage.py shell"))
         assert "Traceback" not in shell.stderr
         made = project.manage("drf_create_token", "alice").stdout
         token = re.search(r"token (\w+) for user alice", made).group(1)
 
-        # The README's curl, pointed at this instance and this server.
+        # The install page's curl, pointed at this instance and this server.
         (shell_block,) = [b for b in code_blocks(section, "sh") if "curl " in b]
         curl = shell_block[shell_block.index("curl "):].replace("\\\n", " ")
         curl = (curl.replace("<token>", token).replace("<id>", instance_id)

@@ -187,7 +187,46 @@ def test_checks_fail_manage_py_check():
         call_command("check")
 
 
-CHECK_SOURCES = ["checks.py", "executors/q2.py"]
+def _tasks_executor(backend: str, queue_name: str = "default") -> dict:
+    return {"EXECUTOR": "django_workflows.executors.tasks.TasksExecutor",
+            "EXECUTOR_OPTIONS": {"backend": backend, "queue_name": queue_name}}
+
+
+@pytest.mark.parametrize(("module", "backend"), [("immediate", "ImmediateBackend"), ("dummy", "DummyBackend")])
+def test_w201_a_task_backend_that_cannot_run_replays_out_of_process(settings, module, backend):
+    from django_workflows.executors.tasks import tasks_framework
+
+    path = f"{tasks_framework().__name__}.backends.{module}.{backend}"
+    settings.TASKS = {**settings.TASKS, "in-process": {"BACKEND": path}}
+    settings.DJANGO_WORKFLOWS = _tasks_executor("in-process")
+    [message] = checks.check_settings()
+    assert message.id == "django_workflows.W201" and f"'in-process' ({backend})" in message.msg
+    assert "django_tasks_db.DatabaseBackend" in message.hint and "db_worker" in message.hint
+
+
+def test_the_database_task_backend_passes(settings):
+    settings.DJANGO_WORKFLOWS = _tasks_executor("workflows", "workflows")
+    assert checks.check_settings() == []
+
+
+def test_e009_a_task_backend_that_tasks_does_not_define(settings):
+    settings.DJANGO_WORKFLOWS = _tasks_executor("nowhere")
+    [message] = checks.check_settings()
+    assert message.id == "django_workflows.E009" and "'nowhere'" in message.msg
+
+
+@pytest.mark.backport
+def test_e009_the_tasks_framework_missing_on_django_5(settings, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "django_tasks", None)  # as if the backport were not installed
+    settings.DJANGO_WORKFLOWS = _tasks_executor("workflows", "workflows")
+    [message] = checks.check_settings()
+    assert message.id == "django_workflows.E009"
+    assert "pip install 'django-durable-workflows[tasks]'" in message.msg
+
+
+CHECK_SOURCES = ["checks.py", "executors/q2.py", "executors/tasks.py"]
 
 
 def _message_text(node) -> str:

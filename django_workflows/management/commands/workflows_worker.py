@@ -14,13 +14,21 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=None, help="django-q2 worker processes (default: Q_CLUSTER's).")
         parser.add_argument("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
         parser.add_argument("--no-cluster", action="store_true",
-                            help="Run only the wake-up loop and the sweeper (replays run in a separate qcluster).")
+                            help="Run only the wake-up loop and the sweeper (replays run elsewhere: in a separate "
+                                 "qcluster, or in the task backend's worker with the tasks executor).")
 
     def handle(self, *args, workers, max_seconds, no_cluster, **options):
         if workers is not None and workers < 1:
             self.stderr.write("--workers must be 1 or more.")
             raise SystemExit(2)
         if not no_cluster:
+            from django_workflows.executors import get_executor
+            from django_workflows.executors.tasks import TasksExecutor
+
+            if isinstance(get_executor(), TasksExecutor):
+                raise CommandError("The tasks executor's replays run in its task backend's worker (manage.py "
+                                   "db_worker for django-tasks-db), not in a django-q2 cluster: run "
+                                   "workflows_worker --no-cluster beside that worker.")
             try:
                 require_extra("django_q", "q2", "workflows_worker's cluster")
             except MissingExtra as exc:

@@ -1,0 +1,119 @@
+"""Replays as tasks of Django's tasks framework: ``django.tasks`` from Django 6, the ``django-tasks``
+backport on Django 5.2.
+
+One replay is one task whose only argument is the instance's primary key
+(``django_workflows.executors.replay_task.run_replay``), enqueued on the
+backend alias and queue named by the executor's options. The backend's own
+worker runs it (``manage.py db_worker`` for django-tasks-db's
+``DatabaseBackend``); ``workflows_worker --no-cluster`` beside it fires the
+timers and runs the sweeper, which enqueue replays through this executor too.
+
+With the database backend on the workflow tables' own database, the task row
+is written inside the transaction that made the instance runnable, so it
+exists exactly when that change commits (as with django-q2's ORM broker);
+with any other backend the task is enqueued once the transaction commits.
+A lost or duplicated task is harmless either way: the sweeper enqueues again
+the replays of instances left queued, and the lease turns a duplicate into a
+no-op.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Iterable
+from functools import cached_property
+
+from django.core.checks import Warning
+from django.core.exceptions import ImproperlyConfigured
+from django.db import router
+
+from django_workflows.errors import WorkflowConfigError, require_extra
+from django_workflows.executors.base import BaseExecutor
+
+PART = "The tasks executor (DJANGO_WORKFLOWS['EXECUTOR'])"
+
+
+def tasks_framework():
+    """The tasks framework of this Django: built in from Django 6 (``django.tasks``), the django-tasks
+    backport (``django_tasks``) before it. django-tasks-db makes the same choice, so its backend and
+    this executor's task belong to one framework."""
+    if importlib.util.find_spec("django.tasks") is not None:
+        return importlib.import_module("django.tasks")
+    require_extra("django_tasks", "tasks", PART)
+    return importlib.import_module("django_tasks")
+
+
+class TasksExecutor(BaseExecutor):
+    """Enqueues each replay as a task on ``backend`` (an alias of ``TASKS``) and ``queue_name``, for the
+    backend's worker.
+
+    The backend must run its tasks in another process: ``ImmediateBackend`` would run each replay inside
+    the commit that enqueued it, and ``DummyBackend`` never runs one (check W201).
+    """
+
+    def __init__(self, *, backend: str = "default", queue_name: str = "default"):
+        super().__init__(backend=backend, queue_name=queue_name)
+        self.framework = tasks_framework()
+        invalid_task = _framework_class(self.framework, "exceptions.TaskException")
+        # Refused here, before an instance is written that no task could ever be enqueued for: the
+        # alias must name a backend of TASKS, and that backend must accept the queue.
+        try:
+            from django_workflows.executors.replay_task import run_replay
+
+            self.task = run_replay.using(backend=backend, queue_name=queue_name)
+        except (ImproperlyConfigured, invalid_task) as exc:
+            raise WorkflowConfigError(
+                f"{PART} cannot enqueue on the task backend {backend!r}, queue {queue_name!r}: {exc}"
+            ) from exc
+
+    @property
+    def backend(self):
+        return self.task.get_backend()
+
+    @cached_property
+    def queue_database(self) -> str | None:
+        """The database the backend writes its tasks to, if it is django-tasks-db's ``DatabaseBackend``."""
+        try:
+            from django_tasks_db import DatabaseBackend
+            from django_tasks_db.models import DBTaskResult
+        except (ImportError, RuntimeError):  # not installed, or not in INSTALLED_APPS (its own check says)
+            return None
+        if not isinstance(self.backend, DatabaseBackend):
+            return None
+        return router.db_for_write(DBTaskResult)
+
+    @property
+    def enqueues_in_transaction(self) -> bool:  # type: ignore[override]
+        from django_workflows.models import Instance
+
+        return self.queue_database == router.db_for_write(Instance)
+
+    def enqueue_replay(self, instance_pk: int) -> None:
+        self.task.enqueue(instance_pk)
+
+    def check(self) -> Iterable:
+        in_process = {
+            "backends.immediate.ImmediateBackend": "runs each replay at once in the process that enqueued it, "
+                                                   "once its transaction commits (a web request waits for the "
+                                                   "replay, the wake-up loop stops for it)",
+            "backends.dummy.DummyBackend": "keeps its tasks in memory and never runs them",
+        }
+        for path, what in in_process.items():
+            backend_class = _framework_class(self.framework, path)
+            if isinstance(self.backend, backend_class):
+                return [Warning(
+                    f"The tasks executor enqueues replays on the task backend {self.options['backend']!r} "
+                    f"({backend_class.__name__}), which {what}: it cannot run replays out of process.",
+                    hint="Point the executor's 'backend' option at a backend with a worker of its own, such as "
+                         "django-tasks-db's 'django_tasks_db.DatabaseBackend', and run its manage.py db_worker "
+                         "beside workflows_worker --no-cluster; tests use django_workflows.testing.",
+                    id="django_workflows.W201",
+                )]
+        return []
+
+
+def _framework_class(framework, path: str):
+    """A class of the tasks framework in use, by its path inside the framework's package."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(f"{framework.__name__}.{module}"), name)

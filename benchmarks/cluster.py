@@ -36,6 +36,7 @@ from django.db.models import Count, Max, Min  # noqa: E402
 from benchmarks import querylog  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     backend_cpu,
+    backend_cpu_delta,
     cpu_delta,
     cpu_seconds,
     log,
@@ -162,7 +163,7 @@ def throughput(count: int, worker: Worker | None = None) -> dict:
     busy = machine_busy(ticks, machine_ticks())
     cpu = cpu_delta(cpu_before, cpu_seconds(worker.pid)) if worker else None
     if backends is not None:
-        backends = backend_cpu(settings.DATABASES["default"]["NAME"]) - backends
+        backends = backend_cpu_delta(backends, backend_cpu(settings.DATABASES["default"]["NAME"]))
     return {"rate": count / (last - started), "seconds": last - started, "create_seconds": created - started,
             "worker_cpu_ms": cpu / count * 1000 if cpu is not None else None,
             "backend_cpu_ms": backends / count * 1000 if backends is not None else None,

@@ -124,10 +124,10 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(after.values()) - sum(before.values())
 
 
-def backend_cpu(dbname: str) -> float:
-    """CPU seconds of the live PostgreSQL backends connected to ``dbname`` (from their titles,
-    ``postgres: ... <user> <dbname> <client> ...``). Backends that ended are not counted."""
-    total = 0.0
+def backend_cpu(dbname: str) -> dict[int, float]:
+    """``{pid: CPU seconds}`` of the live PostgreSQL backends connected to ``dbname`` (from their
+    titles, ``postgres: ... <user> <dbname> <client> ...``). Backends that ended are not there."""
+    total = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -139,8 +139,15 @@ def backend_cpu(dbname: str) -> float:
         if title.startswith("postgres:") and f" {dbname} " in title:
             fields = _stat(int(entry))
             if fields:
-                total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+                total[int(entry)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return total
+
+
+def backend_cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds the backends spent between two ``backend_cpu`` readings, backend by backend: one
+    that ended in between (a worker's connection closed) takes its whole time out of a plain difference
+    of sums, which then goes negative; here its time since the first reading is lost instead."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 def machine_ticks() -> tuple[int, int]:

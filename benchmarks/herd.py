@@ -42,6 +42,7 @@ from benchmarks.cluster import (
 )
 from benchmarks.common import (
     backend_cpu,
+    backend_cpu_delta,
     cpu_delta,
     cpu_seconds,
     log,
@@ -72,7 +73,7 @@ def herd(workers: list[Worker], count: int) -> dict:
         Step.objects.filter(instance_id__gte=first, instance_id__lte=last, kind=StepKind.SLEEP).update(wake_at=wake)
     wait_until(lambda: count_done("bench-napper") >= count, 900, 0.2, f"{count} due instances to finish")
     busy = machine_busy(ticks, machine_ticks())
-    backends = backend_cpu(settings.DATABASES["default"]["NAME"]) - backends
+    backends = backend_cpu_delta(backends, backend_cpu(settings.DATABASES["default"]["NAME"]))
     cpu = sum(cpu_delta(cpu_before[w.pid], cpu_seconds(w.pid)) for w in workers)
     finished = Instance.objects.filter(workflow_name="bench-napper")
     statuses = dict(finished.values_list("status").annotate(n=Count("id")).values_list("status", "n"))

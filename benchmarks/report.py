@@ -439,6 +439,20 @@ def synchronous_table(results) -> list[str]:
     return lines + [""]
 
 
+def scale_summary(path: Path) -> list[str]:
+    """The last ``make bench SCALE=1`` run's figures (``SCALE.md`` down to its verdict, without the
+    plans), so that this report holds every goal: the scale part runs apart, for its fifteen minutes."""
+    if not path.exists():
+        return []
+    text = path.read_text().split("\n")
+    verdict = next((i for i, line in enumerate(text) if line.startswith(("Every goal met.", "Missed: "))), None)
+    if verdict is None:
+        return []
+    body = [("#" + line if line.startswith("###") else line) for line in text[1:verdict + 1]]
+    return ["## Scale: a million instances (`make bench SCALE=1`, from `SCALE.md`)", "", *body, "",
+            "The plans of every query, and the figures from before migration 0018: `SCALE.md`.", ""]
+
+
 def write(results: dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = table_rows(results)
@@ -535,6 +549,7 @@ def write(results: dict, out_dir: Path) -> None:
     if not quick:
         past = history.record(results, out_dir)
         lines += history.markdown(past, with_chart=history.chart(past, out_dir / "history.png"))
+    lines += scale_summary(HERE / "SCALE.md")
     lines.append(method)
     profiles = HERE / "PROFILES.md"
     if profiles.exists():

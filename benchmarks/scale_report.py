@@ -18,7 +18,7 @@ def _machine() -> str:
             f"load average {', '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
 
 
-def render(loaded: dict, results: list[dict], goal_ms: float) -> str:
+def render(loaded: dict, results: list[dict], goal_ms: float, idle: dict | None = None) -> str:
     tables = loaded["tables"]
     rows = {name: t.get("rows") for name, t in tables.items() if "rows" in t}
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
@@ -51,6 +51,10 @@ def render(loaded: dict, results: list[dict], goal_ms: float) -> str:
         lines.append(f"| {row['name']} | {row['p50']:.1f} | {row['p99']:.1f} | {row['queries']} | "
                      f"{', '.join(row['seq_scans']) or 'no'} | {goal} | {'met' if row['met'] else '**missed**'} |")
     missed = [row["name"] for row in results if not row["met"]]
+    if idle is not None:
+        lines += _idle(idle)
+        if not idle["met"]:
+            missed.append("idle worker")
     lines += ["", "Every goal met." if not missed else f"Missed: {', '.join(missed)}.", "",
               "## The plans' key lines", "",
               "Each query of the path that touches the workflow tables, with the scans of its plan "
@@ -67,3 +71,30 @@ def render(loaded: dict, results: list[dict], goal_ms: float) -> str:
             lines.append("- no query of the workflow tables")
         lines.append("")
     return "\n".join(lines)
+
+
+def _idle(idle: dict) -> list[str]:
+    """The idle worker's rows: CPU and statements per second, against part 7's goals."""
+    cpu, statements = idle["cpu_percent"], idle["queries_per_second"]
+    commits = idle.get("commits_per_second")
+    cpu_met = "met" if cpu["median"] < idle["cpu_goal"] else "**missed**"
+    statements_met = "met" if statements["median"] <= idle["statements_goal"] else "**missed**"
+
+    def cell(value: dict, unit: str) -> str:
+        return f"{value['median']:.2f}{unit} ({value['min']:.2f}–{value['max']:.2f})"
+
+    changed = "; ".join(f"{what}: {count:,}" for what, count in idle["changed"].items())
+    return [
+        "",
+        "### An idle worker on the million",
+        "",
+        f"A real `workflows_worker --workers 2` on the loaded database, after nothing was left due ({changed}; "
+        f"`RETENTION_DAYS` 365): {len(cpu['runs'])} windows of {idle['window_seconds']:.0f} s, as part 7 of "
+        "`make bench` measures it on 100,000 sleepers.",
+        "",
+        "| measure | on the million | goal (part 7) | met |",
+        "|---|---:|---|---|",
+        f"| CPU of the worker and its processes | {cell(cpu, '% of a core')} | < {idle['cpu_goal']:.0f}% | {cpu_met} |",
+        f"| SQL statements/s, all processes | {cell(statements, '/s')} | ≤ {idle['statements_goal']:.0f}/s | {statements_met} |",
+        *([f"| PostgreSQL commits/s | {cell(commits, '/s')} | | |"] if commits else []),
+    ]

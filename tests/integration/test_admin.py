@@ -704,6 +704,9 @@ def test_the_approval_queue_lists_only_waits_for_a_persons_decision_oldest_first
     assert "<code>order-cancelled</code> or <code>sign-off</code>" in html
     assert "a decision sends <code>sign-off</code>" in html
     assert html.count('value="approved"') == 3
+    # It names both ways of declaring an approval, the tutorial's (in events) and the attribute.
+    assert "<code>\"approval\": True</code> in its <code>events</code>" in html
+    assert "named in\n    <code>approvals</code>" in html
     only = admin_client.get(APPROVALS_URL, {"workflow": "approval"}).content.decode()
     assert queued_ids(only) == [str(older.pk), str(newer.pk)]
     # The counts beside the links to the queue agree with it.

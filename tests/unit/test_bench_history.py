@@ -26,3 +26,18 @@ def test_each_full_run_is_recorded_with_its_commit_and_marked_against_the_goals(
     assert [row[ratio] for row in rows] == ["2.50 ✗", "1.80 ✓"]
     assert [row[throughput] for row in rows] == ["310 ✓", "310 ✓"]
     assert rows[0][columns.index("PostgreSQL step, µs")] == "—"
+
+
+def test_the_report_carries_the_scale_runs_figures_down_to_its_verdict(tmp_path):
+    from benchmarks.report import scale_summary
+
+    scale = tmp_path / "SCALE.md"
+    assert scale_summary(scale) == []
+    scale.write_text("# Scale\n\nLoaded 1,000,000.\n\n| path | p99 |\n|---|---|\n| admin | 81 |\n\n"
+                     "### An idle worker on the million\n\n| CPU | 0.5% |\n\nEvery goal met.\n\n"
+                     "## The plans' key lines\n\n- Index Scan\n")
+    lines = scale_summary(scale)
+    text = "\n".join(lines)
+    assert lines[0].startswith("## Scale")
+    assert "| admin | 81 |" in text and "#### An idle worker on the million" in text
+    assert "Every goal met." in text and "Index Scan" not in text and "# Scale\n" not in text

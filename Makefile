@@ -20,6 +20,8 @@ SKIP_POSTGRES ?= 0
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
+# The SQLite pass is on SQLite even in a shell that exports DATABASE_URL for the PostgreSQL pass.
+SQLITE_ENV := env -u DATABASE_URL $(TEST_ENV)
 # TIERS=all adds the system tier (make test-all); pytest's testpaths name every tier.
 TIERS ?= fast
 TEST_PATHS := $(if $(filter all,$(TIERS)),,tests/unit tests/integration example_project)
@@ -45,12 +47,12 @@ test-all:
 test-sqlite: $(VENV)/.installed
 	@$(PY) -c "import django, sys; print(f'== Python {sys.version.split()[0]}, Django {django.get_version()}')"
 	@echo "== $(if $(filter all,$(TIERS)),every tier: about 8 minutes on SQLite then 10 on PostgreSQL,the unit and integration tiers (make test-all adds the system tier))"
-	$(TEST_ENV) $(PY) -m django check --fail-level WARNING
-	$(TEST_ENV) $(PY) -m django makemigrations --check --dry-run
+	$(SQLITE_ENV) $(PY) -m django check --fail-level WARNING
+	$(SQLITE_ENV) $(PY) -m django makemigrations --check --dry-run
 	@echo "== the package's layers (pyproject.toml, [tool.importlinter])"
 	$(VENV)/bin/lint-imports
 	@echo "== pytest on SQLite"
-	$(PY) -m pytest $(TEST_PATHS)
+	$(SQLITE_ENV) $(PY) -m pytest $(TEST_PATHS)
 
 test-postgres: $(VENV)/.installed
 	@url="$${DATABASE_URL:-$(POSTGRES_URL)}"; \

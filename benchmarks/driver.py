@@ -165,7 +165,7 @@ def main() -> int:
 
     plan = [
         ("sqlite", "inproc", sqlite_db, "orm", None, {}),
-        # README recommends synchronous=FULL; the table measures NORMAL, as DBOS runs: both are reported.
+        # The install page recommends synchronous=FULL; the table measures NORMAL, as DBOS runs: both are reported.
         ("sqlite-full", "inproc", {"name": str(work / "bench-full.sqlite3")}, "orm", None,
          {"BENCH_SQLITE_SYNCHRONOUS": "FULL"}),
         ("postgres", "inproc", None, "orm", pg_missing, {}),

@@ -313,7 +313,7 @@ test suites, so figures are noisy (load average at the end: {load}).
    `@DBOS.step`s directly, {three} of each a run, the order alternating between runs. DBOS's system database is
    SQLite (its own file, with WAL and `synchronous=NORMAL` set on every connection, as ours) or PostgreSQL
    (`bench_workflows_dbos` on the same server), `application_version` pinned to `bench-1`.
-4. **Cluster throughput**: one `python -m django workflows_worker --workers 2` (README's recommended
+4. **Cluster throughput**: one `python -m django workflows_worker --workers 2` (the production page's recommended
    `Q_CLUSTER`: `poll` 0.1 s, `queue_limit` 8; engine settings at their defaults), already warm; 2,000
    instances of `bench-three` created with `create_batch` (100 a batch) while it runs; rate = 2,000 ÷ (the
    last `ended_at` − the first create).
@@ -418,7 +418,7 @@ def tasks_table(results) -> list[str]:
 
 
 def synchronous_table(results) -> list[str]:
-    """SQLite with synchronous=NORMAL (the table above) against FULL, which README recommends."""
+    """SQLite with synchronous=NORMAL (the table above) against FULL, which the install page recommends."""
     configs = results["configs"]
     if "sqlite-full" not in configs or "sqlite" not in configs:
         return []
@@ -431,7 +431,7 @@ def synchronous_table(results) -> list[str]:
     lines = ["### SQLite: synchronous=NORMAL against FULL", "",
              "FULL syncs the WAL at every commit, so nothing acknowledged is lost to a power cut; NORMAL may lose "
              "the last commits (never corrupts the file).", "",
-             "| measure | synchronous = NORMAL (the table above) | synchronous = FULL (README's setting) |",
+             "| measure | synchronous = NORMAL (the table above) | synchronous = FULL (the install page's setting) |",
              "|---|---|---|"]
     for label, path, unit in measures:
         lines.append(f"| {label} | {fmt(_get(configs['sqlite'], *path), unit)} | "

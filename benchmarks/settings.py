@@ -6,7 +6,7 @@ The database (the same variables as ``tests/workers.py`` uses):
   (default ``bench_workflows``);
 - otherwise SQLite at the path ``TEST_DATABASE_NAME``, file-backed, with the test suite's OPTIONS
   (WAL, ``synchronous=NORMAL``, ``BEGIN IMMEDIATE``); ``BENCH_SQLITE_SYNCHRONOUS=FULL`` measures the
-  setting README recommends.
+  setting the install page (docs/install.md) recommends.
 
 ``TEST_BROKER=redis`` switches django-q2 to Redis (``TEST_REDIS_DB``, default 7); the ORM broker on
 the same database is the default. ``BENCH_WORKFLOWS_SETTINGS`` (JSON) is ``DJANGO_WORKFLOWS``.
@@ -37,7 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_workflows",  # before django_q, as the README says
+    "django_workflows",  # before django_q, as the install page says
     "django_q",
     "rest_framework",
     "rest_framework.authtoken",
@@ -88,7 +88,7 @@ def database_from_url(url: str) -> dict:
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
     "timeout": 20,
-    # NORMAL by default, as in the test suite; BENCH_SQLITE_SYNCHRONOUS=FULL measures README's setting.
+    # NORMAL by default, as in the test suite; BENCH_SQLITE_SYNCHRONOUS=FULL measures the install page's setting.
     "init_command": "PRAGMA journal_mode=WAL; "
                     f"PRAGMA synchronous={os.environ.get('BENCH_SQLITE_SYNCHRONOUS', 'NORMAL')};",
 }
@@ -112,7 +112,7 @@ else:
 DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("BENCH_CONN_MAX_AGE", "60"))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
-# README's recommended Q_CLUSTER ("Running in production"), 2 workers per machine.
+# The recommended Q_CLUSTER (docs/how-to/production-postgresql.md), 2 workers per machine.
 Q_CLUSTER = {
     "name": "bench",
     "workers": 2,

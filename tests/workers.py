@@ -100,3 +100,36 @@ def status(instance) -> str:
 
 def wait_status(instance, wanted: str, timeout: float = 30):
     return wait_for(lambda: status(instance) == wanted, timeout, message=f"{instance!r} to be {wanted}")
+
+
+def assert_naps_resume_on_time(count: int = 5, within: float = 1.5) -> None:
+    """Start ``count`` napper instances sleeping 2 seconds, through whatever worker runs, and assert each
+    resumed within ``within`` seconds of its wake time (never before it)."""
+    from statistics import median
+
+    from django_workflows import workflows
+    from django_workflows.models import Step
+
+    instances = [workflows.get("napper").create(params={"duration": "2 seconds"}) for _ in range(count)]
+    for instance in instances:
+        wait_status(instance, "complete", 20)
+    lateness = []
+    for instance in instances:
+        wake_at = Step.objects.get(instance_id=instance.pk, kind="sleep").wake_at.timestamp()
+        lateness.append(instance.status()["output"]["at"] - wake_at)
+    print(f"wake lateness: median {median(lateness) * 1000:.0f} ms, max {max(lateness) * 1000:.0f} ms")
+    assert all(0 <= late <= within for late in lateness), lateness
+
+
+def stop_process_group(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> str:
+    """Stop a process started in a session of its own, with its whole group: ``sig``, then SIGKILL if it
+    has not exited after ``timeout`` seconds; return what it wrote."""
+    if process.poll() is None:
+        os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    with process.stdout:
+        return process.stdout.read()

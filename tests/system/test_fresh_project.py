@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.workers import stop_process_group
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = REPOSITORY / "README.md"
@@ -113,15 +114,7 @@ class Project:
 
 
 def stop(process: subprocess.Popen) -> str:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    with process.stdout:
-        return process.stdout.read()
+    return stop_process_group(process)
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from tests.workers import stop_process_group
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 TUTORIAL = REPOSITORY / "docs" / "tutorial.md"
 LONG_RUNNING = ("workflows_worker", "runserver")
@@ -120,15 +122,7 @@ class Shell:
     def stop_all(self) -> dict[str, str]:
         outputs = {}
         for line, process in self.started:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)  # Ctrl+C, as the tutorial ends
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
-            with process.stdout:
-                outputs[line] = process.stdout.read()
+            outputs[line] = stop_process_group(process, signal.SIGINT)  # Ctrl+C, as the tutorial ends
         return outputs
 
 

@@ -57,6 +57,8 @@ HEADLINES = [
     Headline("idle CPU, PostgreSQL ORM broker, % of a core", "postgres-orm", ("idle", "cpu_percent"), "%", 2.0),
     Headline("resume of 10,000 journaled steps, PostgreSQL, ms", "postgres", ("journal", "10000", "resume_ms"),
              " ms", 250.0),
+    Headline("herd of 10,000 due at once, PostgreSQL ORM broker, s", "postgres-orm-herd", ("herd", "seconds"),
+             " s", 10.0),
 ]
 
 

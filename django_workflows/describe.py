@@ -31,8 +31,8 @@ def workflow_status_totals(workflow_name: str | None = None) -> dict[str, dict[s
     """``status_counts`` with each count a ``counts.Count``, which says whether it is estimated. Two
     statements whatever the number of workflows: a bounded count per workflow and status, each read
     from the index by workflow, status and age, and their estimates."""
-    stored = listing.workflow_names()
-    names = [workflow_name] if workflow_name is not None else sorted(set(registry.names()) | set(stored))
+    stored = set(listing.workflow_names())
+    names = [workflow_name] if workflow_name is not None else sorted(set(registry.names()) | stored)
     # A workflow without instances stored is all zeros, with nothing to count.
     pairs = [(name, status) for name in names if name in stored for status in InstanceStatus.values]
     # In the order of dw_instance_by_age (workflow, status, creation time): read from the index alone.

@@ -43,7 +43,7 @@ def run_replays(instance_pks: list[int]) -> None:
     replays then run one after another in this thread."""
     started = time.monotonic()
     lanes = _lanes(instance_pks)
-    helpers = [_pool(len(lanes) - 1).submit(_lane_in_pool, lane, started) for lane in lanes[1:]]
+    helpers = [_pool().submit(_lane_in_pool, lane, started) for lane in lanes[1:]]
     _run_lane(lanes[0], started)
     for helper in helpers:
         helper.result()
@@ -58,19 +58,22 @@ def _lanes(instance_pks: list[int]) -> list[list[int]]:
     return [list(instance_pks[n::count]) for n in range(count)]
 
 
-# The process's pool of lane threads, made on first use in the process that uses it (django-q2 forks its
-# workers: a pool inherited through a fork has no threads).
-_lane_pool: tuple[int, ThreadPoolExecutor] | None = None
+# The process's pool of lane threads (REPLAY_THREADS - 1 of them, started as lanes need them), made on first
+# use in the process that uses it (django-q2 forks its workers: a pool inherited through a fork has no
+# threads), and made again if the setting changes.
+_lane_pool: tuple[tuple[int, int], ThreadPoolExecutor] | None = None
 _lane_pool_lock = threading.Lock()
 
 
-def _pool(size: int) -> ThreadPoolExecutor:
+def _pool() -> ThreadPoolExecutor:
     global _lane_pool
+    owner = (os.getpid(), workflow_settings.REPLAY_THREADS)
     with _lane_pool_lock:
-        if _lane_pool is None or _lane_pool[0] != os.getpid() or _lane_pool[1]._max_workers < size:
-            if _lane_pool is not None and _lane_pool[0] == os.getpid():
+        if _lane_pool is None or _lane_pool[0] != owner:
+            if _lane_pool is not None and _lane_pool[0][0] == owner[0]:
                 _lane_pool[1].shutdown(wait=False)
-            _lane_pool = (os.getpid(), ThreadPoolExecutor(size, thread_name_prefix="django-workflows-replays"))
+            threads = ThreadPoolExecutor(max(owner[1] - 1, 1), thread_name_prefix="django-workflows-replays")
+            _lane_pool = (owner, threads)
         return _lane_pool[1]
 
 

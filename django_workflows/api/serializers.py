@@ -7,6 +7,7 @@ the answers cannot disagree."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from django_workflows.counts import EXACT_UP_TO
 from django_workflows.durations import milliseconds
 from django_workflows.errors import InvalidParams
 from django_workflows.instances import MAX_BATCH, MAX_RETENTION, parse_retention_duration
@@ -205,8 +206,8 @@ class InstanceSummarySerializer(Described):
 
 class InstancePageSerializer(Described):
     count = serializers.IntegerField(
-        help_text="How many instances match: exact up to 10,000, PostgreSQL's estimate above that (see "
-                  "count_estimated).")
+        help_text=f"How many instances match: exact up to {EXACT_UP_TO:,}, PostgreSQL's estimate above that "
+                  "(see count_estimated).")
     count_estimated = serializers.BooleanField(
         help_text="Whether count is the database's estimate: counting a million instances would read them all.")
     next = serializers.URLField(allow_null=True)

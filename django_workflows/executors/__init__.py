@@ -32,7 +32,7 @@ def get_executor():
 
 def enqueue(instance_pk: int) -> None:
     """Ask the executor for a replay of the instance, once the current transaction commits."""
-    _hand_over(lambda executor: executor.enqueue_replay(instance_pk), "a replay of instance %s", instance_pk)
+    _hand_over(lambda executor: executor.enqueue_replay(instance_pk), lambda: f"a replay of instance {instance_pk}")
 
 
 def enqueue_many(instance_pks) -> None:
@@ -40,12 +40,13 @@ def enqueue_many(instance_pks) -> None:
     fewer tasks (``BaseExecutor.enqueue_replays``)."""
     pks = list(instance_pks)
     if pks:
-        _hand_over(lambda executor: executor.enqueue_replays(pks), "the replays of %s instances", len(pks))
+        _hand_over(lambda executor: executor.enqueue_replays(pks), lambda: f"the replays of {len(pks)} instances")
 
 
-def _hand_over(send, what: str, detail) -> None:
+def _hand_over(send, what) -> None:
     """Call ``send(executor)`` when the executor should be told: within the transaction when its task
-    rows are written there, else once it commits."""
+    rows are written there, else once it commits. ``what()`` names what is sent, for the log, should the
+    broker refuse it."""
     from django.db import router, transaction
 
     from django_workflows.models import Instance
@@ -57,10 +58,10 @@ def _hand_over(send, what: str, detail) -> None:
         # The replay itself runs here: what goes wrong in it is the caller's to see, not a broker's.
         transaction.on_commit(lambda: send(executor), using=router.db_for_write(Instance))
     else:
-        transaction.on_commit(lambda: _push(executor, send, what, detail), using=router.db_for_write(Instance))
+        transaction.on_commit(lambda: _push(executor, send, what), using=router.db_for_write(Instance))
 
 
-def _push(executor, send, what: str, detail) -> None:
+def _push(executor, send, what) -> None:
     # After the commit: the instance is already queued in the database, and the sender's event or
     # change is stored. A broker that cannot take the task now (Redis restarting) must not turn that
     # into an error for the sender, whose retry would store the event twice: the sweeper queues every
@@ -68,8 +69,8 @@ def _push(executor, send, what: str, detail) -> None:
     try:
         send(executor)
     except Exception as exc:
-        logger.warning(f"could not enqueue {what} (%s: %s); the sweeper will queue it again",
-                       detail, type(exc).__name__, exc)
+        logger.warning("could not enqueue %s (%s: %s); the sweeper will queue it again",
+                       what(), type(exc).__name__, exc)
 
 
 def reset() -> None:

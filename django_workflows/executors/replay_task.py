@@ -9,7 +9,7 @@ of its options, and the worker runs it on the backend it was enqueued on.
 from __future__ import annotations
 
 from django_workflows.executors.base import REPLAY_TASK, run_task
-from django_workflows.executors.tasks import tasks_framework
+from django_workflows.executors.tasks_framework import tasks_framework
 
 task = tasks_framework().task
 

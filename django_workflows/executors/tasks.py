@@ -19,8 +19,6 @@ no-op.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Iterable
 from functools import cached_property
 
@@ -28,20 +26,9 @@ from django.core.checks import Warning
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
-from django_workflows.errors import WorkflowConfigError, require_extra
+from django_workflows.errors import WorkflowConfigError
 from django_workflows.executors.base import BaseExecutor
-
-PART = "The tasks executor (DJANGO_WORKFLOWS['EXECUTOR'])"
-
-
-def tasks_framework():
-    """The tasks framework of this Django: built in from Django 6 (``django.tasks``), the django-tasks
-    backport (``django_tasks``) before it. django-tasks-db makes the same choice, so its backend and
-    this executor's task belong to one framework."""
-    if importlib.util.find_spec("django.tasks") is not None:
-        return importlib.import_module("django.tasks")
-    require_extra("django_tasks", "tasks", PART)
-    return importlib.import_module("django_tasks")
+from django_workflows.executors.tasks_framework import PART, framework_class, tasks_framework
 
 
 class TasksExecutor(BaseExecutor):
@@ -55,7 +42,7 @@ class TasksExecutor(BaseExecutor):
     def __init__(self, *, backend: str = "default", queue_name: str = "default"):
         super().__init__(backend=backend, queue_name=queue_name)
         self.framework = tasks_framework()
-        invalid_task = _framework_class(self.framework, "exceptions.TaskException")
+        invalid_task = framework_class(self.framework, "exceptions.TaskException")
         # Refused here, before an instance is written that no task could ever be enqueued for: the
         # alias must name a backend of TASKS, and that backend must accept the queue.
         try:
@@ -100,7 +87,7 @@ class TasksExecutor(BaseExecutor):
             "backends.dummy.DummyBackend": "keeps its tasks in memory and never runs them",
         }
         for path, what in in_process.items():
-            backend_class = _framework_class(self.framework, path)
+            backend_class = framework_class(self.framework, path)
             if isinstance(self.backend, backend_class):
                 return [Warning(
                     f"The tasks executor enqueues replays on the task backend {self.options['backend']!r} "
@@ -111,9 +98,3 @@ class TasksExecutor(BaseExecutor):
                     id="django_workflows.W201",
                 )]
         return []
-
-
-def _framework_class(framework, path: str):
-    """A class of the tasks framework in use, by its path inside the framework's package."""
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(f"{framework.__name__}.{module}"), name)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from django_workflows import audit, workflows
 from django_workflows.conf import workflow_settings
+from django_workflows.counts import Count
 from django_workflows.drawing.time_axis import human_milliseconds
 from django_workflows.durations import format_duration, milliseconds
 from django_workflows.errors import InstanceNotFound
@@ -181,13 +182,14 @@ def fields(pairs: list[tuple[str, str]]) -> str:
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in pairs)
 
 
-def format_workflow_list(counts: dict[str, dict[str, int]]) -> str:
-    if not counts:
+def format_workflow_list(totals: dict[str, dict[str, Count]]) -> str:
+    """The workflows with their instances per status: "about 1,234" where a count is an estimate."""
+    if not totals:
         return ("No workflows. A workflow is a WorkflowEntrypoint subclass defined in an installed app's "
                 "workflows.py.")
-    statuses = list(next(iter(counts.values())))
-    rows = [[name, sum(by_status.values()), *(by_status.get(s, 0) for s in statuses)]
-            for name, by_status in counts.items()]
+    statuses = list(next(iter(totals.values())))
+    rows = [[name, sum(by_status.values(), Count(0)), *(by_status.get(s, Count(0)) for s in statuses)]
+            for name, by_status in totals.items()]
     return table(["WORKFLOW", "TOTAL", *statuses], rows)
 
 

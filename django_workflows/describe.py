@@ -23,8 +23,12 @@ def status_counts(workflow_name: str | None = None) -> dict[str, dict[str, int]]
     """``{workflow name: {status: count}}`` with every status present, for every workflow defined or with
     instances stored (or for one): each count exact up to ``counts.EXACT_UP_TO``, PostgreSQL's estimate
     above it (``workflow_status_totals`` says which)."""
-    return {name: {status: count.value for status, count in totals.items()}
-            for name, totals in workflow_status_totals(workflow_name).items()}
+    return as_numbers(workflow_status_totals(workflow_name))
+
+
+def as_numbers(totals: dict[str, dict[str, counts.Count]]) -> dict[str, dict[str, int]]:
+    """``workflow_status_totals`` as plain numbers (JSON), estimated or not."""
+    return {name: {status: count.value for status, count in by_status.items()} for name, by_status in totals.items()}
 
 
 def workflow_status_totals(workflow_name: str | None = None) -> dict[str, dict[str, counts.Count]]:

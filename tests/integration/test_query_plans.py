@@ -224,3 +224,10 @@ def test_counts_above_the_bound_are_the_planners_estimates_and_say_so(filled, ad
     assert page["count_estimated"] is True and page["count"] > 20  # 1,500 stored
     none = api.get(reverse("django_workflows_api:instance-list", args=["uncaught"])).json()
     assert none["count_estimated"] is False and none["count"] == 0
+    # The command line's table says so too; its JSON gives the numbers.
+    out = io.StringIO()
+    call_command("workflows", "list", stdout=out)
+    assert "about " in out.getvalue()
+    out = io.StringIO()
+    call_command("workflows", "list", "--json", stdout=out)
+    assert sum(json.loads(out.getvalue())["sleeper"].values()) > 20

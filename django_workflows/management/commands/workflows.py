@@ -11,11 +11,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_workflows import audit, cli, clock, declared_events, workflows
 from django_workflows.describe import (
+    as_numbers,
     describe_instance,
     describe_schedules,
     describe_workflow,
     instance_summary,
-    status_counts,
+    workflow_status_totals,
 )
 from django_workflows.errors import WorkflowError
 from django_workflows.models import Instance, InstanceStatus
@@ -123,8 +124,9 @@ class Command(BaseCommand):
         self.stdout.write(cli.dumps(data) if self.as_json else text)
 
     def workflows_list(self, options):
-        counts = status_counts()
-        self.show(counts, cli.format_workflow_list(counts))
+        # The table says "about" where a count is PostgreSQL's estimate; the JSON gives the numbers.
+        totals = workflow_status_totals()
+        self.show(as_numbers(totals), cli.format_workflow_list(totals))
 
     def workflows_describe(self, options):
         description = describe_workflow(workflows.get(options["name"]).name)

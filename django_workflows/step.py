@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+from django.db import connections
+
 from django_workflows import (
     atomic_steps,
     children,
@@ -283,6 +285,8 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
         meter = _Meter()
         span = None if self.span is None else telemetry.start_attempt(self.span, self.instance, pending.key,
                                                                       pending.name, number)
+        lease, connection = self.writer.lease, connections[self.writer.alias]
+        noted = lease is not None and lease.body_started(connection)
         try:
             if span is None:
                 returned = call_with_timeout(functools.partial(meter.run, body),
@@ -301,6 +305,9 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
             failure = StepResultError(f"Step {pending.name!r} returned a value that {exc}", step=pending.key)
         except USER_FAILURES as exc:
             failure = exc
+        finally:
+            if noted:
+                lease.body_ended(connection)
         return Attempt(started, clock.now(), text, value, failure, meter.cpu, meter.wall, meter.thread,
                        None if span is None else (span, time.time_ns()))
 

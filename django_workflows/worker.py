@@ -17,11 +17,12 @@ import uuid
 from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connections, router
-from django.db.models import F
+from django.db.models import F, Q
 
 from django_workflows import changes, clock, telemetry
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
+from django_workflows.store import leases
 from django_workflows.store.dispatch import next_wake_time, reclaim_dead_leases, sweep, wake_due
 from django_workflows.store.retention import purge_finished
 from django_workflows.store.schedules import Scheduler
@@ -129,6 +130,13 @@ class ClusterProcess:
         stopper.join(wait)
         if self.alive:
             self.kill()
+
+    def pids(self) -> list[int]:
+        """The cluster's processes: its sentinel and the workers, pusher and monitor under it."""
+        if not (self.cluster and self.cluster.sentinel and self.cluster.sentinel.pid):
+            return []
+        sentinel = self.cluster.sentinel.pid
+        return [sentinel, *_children_of(sentinel)]
 
     def kill(self) -> None:
         if not (self.cluster and self.cluster.sentinel):
@@ -363,12 +371,9 @@ class Worker:
             if answered is not None and answered >= self._probe_sent:
                 self._probe_sent = None
         if self._probe_sent is not None and now - self._probe_sent > timedelta(seconds=wedge):
-            # The probe may just be queued behind a backlog: a cluster that still finishes
-            # replays is busy, not wedged.
-            progressing = Instance.objects.filter(updated_at__gte=self._probe_sent).exclude(
-                status=InstanceStatus.QUEUED).exists()
-            if not progressing:
-                logger.error("The django-q2 cluster took no task for %s s; restarting it.", wedge)
+            if not self.cluster_progressing(self._probe_sent, now):
+                logger.error("The django-q2 cluster took no task for %s s, and none of its workers is "
+                             "inside a replay; restarting it.", wedge)
                 self.restart_cluster(wedged=True)
                 return
         probe_interval = self.probe_interval or wedge / 4
@@ -381,6 +386,27 @@ class Worker:
             WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(probe_sent_at=self._probe_sent)
             DjangoQExecutor().enqueue_probe(self.worker_id)
             self._probe_delivered = True
+
+    def cluster_progressing(self, since, now) -> bool:
+        """Whether the cluster, though its probe is unanswered, is busy rather than wedged.
+
+        Busy is what a replay does, not what a column says: one of the cluster's processes holds a live
+        lease (a replay, most often a step body that runs for minutes within its timeout, whose lease
+        the process's keeper renews), or replays took or gave back leases since the probe was sent (the
+        probe waits in the queue behind a backlog). A frozen process renews nothing, so its lease
+        expires and it stops counting; a cluster whose every worker is inside a long step answers the
+        probe only when one of them is free, and must not be killed for it.
+        """
+        leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
+        owners = [f"{leases.this_host()}:{pid}:" for pid in self.cluster.pids()]
+        if owners:
+            holding = Q()
+            for owner in owners:
+                holding |= Q(lease_owner__startswith=owner)
+            if Instance.objects.filter(holding, status__in=leased, lease_expires_at__gte=now).exists():
+                return True
+        # A replay that took or gave back a lease since (both write updated_at): the queue moves.
+        return Instance.objects.filter(updated_at__gte=since).exclude(status=InstanceStatus.QUEUED).exists()
 
     def restart_cluster(self, wedged: bool = False) -> None:
         # A wedged cluster cannot stop gracefully (its workers would finish their current task, and

@@ -44,12 +44,15 @@ class Lease:
     the replay must neither run another step body nor write again.
     """
 
-    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost")
+    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost", "bodies")
 
     def __init__(self, instance_pk: int, epoch: int, taken: float, seconds: float):
         self.instance_pk = instance_pk
         self.epoch = epoch
         self.lost = False
+        # On SQLite, the connections of the threads running this replay's step bodies (see
+        # ``_renew_inside_a_body``); elsewhere always empty.
+        self.bodies: list = []
         self.extend(taken, seconds)
 
     def extend(self, since: float, seconds: float) -> None:
@@ -58,6 +61,19 @@ class Lease:
 
     def holds(self) -> bool:
         return not self.lost and time.monotonic() < self.deadline
+
+    def body_started(self, wrapper) -> bool:
+        """Note that a step body runs in this thread, on connection ``wrapper``; True if noted (then
+        call ``body_ended``). Only SQLite needs it: there, a body inside a write transaction (an atomic
+        step's, or one it opened itself) holds the database's one write lock, and the keeper's renewal
+        on a connection of its own would wait behind it until the lease lapsed."""
+        if wrapper.vendor != "sqlite":
+            return False
+        self.bodies.append(wrapper)
+        return True
+
+    def body_ended(self, wrapper) -> None:
+        self.bodies.remove(wrapper)
 
 
 class LeaseKeeper:
@@ -110,9 +126,11 @@ class LeaseKeeper:
                     with self._lock:
                         if self._held.get((lease.instance_pk, lease.epoch)) is not lease:
                             continue
-                    renewed = Instance.objects.filter(
-                        pk=lease.instance_pk, epoch=lease.epoch, status__in=leased
-                    ).update(lease_expires_at=expires)
+                    renewed = _renew_inside_a_body(lease, expires)
+                    if renewed is None:
+                        renewed = Instance.objects.filter(
+                            pk=lease.instance_pk, epoch=lease.epoch, status__in=leased
+                        ).update(lease_expires_at=expires)
                     if renewed:
                         lease.extend(since, seconds)
                     else:
@@ -130,6 +148,38 @@ class LeaseKeeper:
 
 
 keeper = LeaseKeeper()
+
+
+def _renew_inside_a_body(lease: Lease, expires: datetime) -> int | None:
+    """On SQLite, renew the lease through the connection of a step body that is inside a transaction,
+    as part of that transaction; return the rows renewed, or None if no body is in one.
+
+    While a body's transaction holds SQLite's write lock (an ``atomic=True`` step for its whole body, a
+    body's own ``transaction.atomic()``), no other connection can write: a renewal of the keeper's own
+    would wait behind it until the lease lapsed, and the step's journal write would then be refused
+    although no one else could have taken the instance. Made inside the body's transaction, the renewal
+    needs no lock of its own; it commits with the body's writes, so the lease is live in the database
+    the moment the lock is let go, and rolled back with them, it leaves nothing written to protect.
+    Django's SQLite connections may be used from another thread (``check_same_thread`` is off), and
+    SQLite serializes the statements of one connection.
+    """
+    for wrapper in list(lease.bodies):
+        raw = wrapper.connection
+        if raw is None:
+            continue
+        try:
+            if not raw.in_transaction:
+                continue
+            table = wrapper.ops.quote_name(Instance._meta.db_table)
+            cursor = raw.execute(
+                f"UPDATE {table} SET lease_expires_at = ? WHERE id = ? AND epoch = ? AND status IN (?, ?)",
+                (wrapper.ops.adapt_datetimefield_value(expires), lease.instance_pk, lease.epoch,
+                 InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value),
+            )
+        except Exception:
+            continue  # closed by the body meanwhile (an interrupted attempt's): renew as usual
+        return cursor.rowcount
+    return None
 
 
 # -- who holds a lease ---------------------------------------------------------------------------

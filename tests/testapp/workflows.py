@@ -517,6 +517,59 @@ class LongStep(WorkflowEntrypoint):
         return step.do("long", long)
 
 
+class LongTransaction(WorkflowEntrypoint):
+    """One step that writes inside a transaction held longer than the lease: ``atomic=True`` (the engine's
+    transaction) or, with ``"own": true``, a plain step whose body opens its own. On SQLite its process
+    holds the database's write lock for the whole body."""
+
+    def run(self, event, step):
+        import time
+
+        from django.db import transaction
+
+        def write_and_wait():
+            count = _bump(f"{event.instance_id}:write")
+            time.sleep(event.payload.get("seconds", 5))
+            return count
+
+        if event.payload.get("own"):
+            def own():
+                with transaction.atomic():
+                    return write_and_wait()
+
+            return step.do("write", own)
+        return step.do("write", write_and_wait, atomic=True)
+
+
+class EdgeOfTimeout(WorkflowEntrypoint):
+    """Step attempts that end within a millisecond either side of their timeout: a timeout that fires as
+    its attempt ends must neither linger nor land anywhere else."""
+
+    def run(self, event, step):
+        import random
+        import time
+
+        from django_workflows import StepTimeoutError
+
+        timeout_ms = event.payload.get("timeout_ms", 5)
+        rng = random.Random(event.payload.get("seed", 0))
+        timed_out = 0
+        for n in range(event.payload.get("attempts", 200)):
+            ends_after = (timeout_ms + rng.uniform(-0.5, 0.5)) / 1000
+
+            def busy(ends_after=ends_after):
+                started = time.monotonic()
+                while time.monotonic() - started < ends_after:
+                    pass
+                return n
+
+            try:
+                step.do("edge", busy, config={"timeout": timeout_ms, "retries": {"limit": 0}})
+            except StepTimeoutError:
+                timed_out += 1
+        return {"timed_out": timed_out}
+
+
 class SimulatedCrash(BaseException):
     """Stands for the worker process dying: not an Exception, so nothing in the engine catches it."""
 

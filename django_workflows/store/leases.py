@@ -44,12 +44,14 @@ class Lease:
     the replay must neither run another step body nor write again.
     """
 
-    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost")
+    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost", "thread")
 
     def __init__(self, instance_pk: int, epoch: int, taken: float, seconds: float):
         self.instance_pk = instance_pk
         self.epoch = epoch
         self.lost = False
+        # The thread whose replay holds the lease.
+        self.thread = threading.get_ident()
         self.extend(taken, seconds)
 
     def extend(self, since: float, seconds: float) -> None:
@@ -84,6 +86,11 @@ class LeaseKeeper:
         finally:
             with self._lock:
                 self._held.pop(key, None)
+
+    def replaying_threads(self) -> set[int]:
+        """The threads of this process running a replay now (each holds its instance's lease)."""
+        with self._lock:
+            return {lease.thread for lease in self._held.values()}
 
     def _loop(self) -> None:
         leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)

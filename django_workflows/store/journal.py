@@ -306,6 +306,28 @@ class JournalWriter:
                     continue
             return event, status
 
+    def time_out_wait(self, types, received_by: datetime, record) -> str | None:
+        """Journal a wait's timeout with ``record() -> (step id, instance status)``, unless the inbox holds
+        an event of ``types`` received by ``received_by`` (its deadline); return the instance's status, or
+        None if it holds one (the caller takes it).
+
+        One transaction, which takes the instance's row lock before it looks in the inbox: an event whose
+        sender held that lock (``inbox.deliver``) as the replay read the inbox empty is committed by the
+        time the lock is granted, and seen here; the timeout is only journaled once no such event is left.
+        """
+        with engine_statements(), transaction.atomic(using=self.alias):
+            # On SQLite the transaction holds the database's one write lock already.
+            lock = " FOR SHARE" if self.connection.vendor == "postgresql" else ""
+            cursor = self._cursor()
+            cursor.execute(f"SELECT 1 FROM {self._instance_table} WHERE id = %s AND epoch = %s{lock}",
+                           [self.instance_pk, self.epoch])
+            if cursor.fetchone() is None:
+                raise self.fence()
+            if Event.objects.waiting_for(self.instance_pk, types).filter(received_at__lte=received_by).exists():
+                return None
+            _, status = record()
+        return status
+
     def abandon(self, now: datetime, wake_at: datetime, costs: Costs | None = None) -> bool:
         """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at
         ``wake_at``, adding the replay's ``costs``; the crash count is left as it is. False if the

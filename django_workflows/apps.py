@@ -30,6 +30,14 @@ class DjangoWorkflowsConfig(AppConfig):
         discover()
         post_migrate.connect(install_fallback_schedule, sender=self)
 
+        # Writes from other threads while an atomic step's body runs are outside its transaction: every
+        # connection is watched for them, from its first statement on.
+        from django.db.backends.signals import connection_created
+
+        from django_workflows.atomic_steps import watch_connection
+
+        connection_created.connect(watch_connection, dispatch_uid="django_workflows.atomic_steps")
+
         # Spans and metrics, when opentelemetry-api is installed (the OPENTELEMETRY setting).
         from django_workflows import telemetry
 

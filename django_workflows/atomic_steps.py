@@ -19,11 +19,21 @@ writes there would commit on their own), and so does an ``async def`` body (its 
 synchronous database calls). Calls to the outside world from such a step (an HTTP request, an email)
 are still at least once. Side by side (``step.all``, ``asyncio.gather``), an atomic step does not run in
 a thread of its own: its attempts run in the replay's thread, whose connection its transaction is.
+
+What it cannot cover and cannot be sure of is reported: Django gives each thread a connection of its own,
+so a write made from another thread (one the body started, a pool it submits to) is outside the step's
+transaction. It commits on its own (on SQLite it waits for the step's transaction first, which holds the
+one write lock) and is made again by every retry. Which thread made a write cannot be told from the
+write, and a process may have threads of its own writing meanwhile (a web server's other requests under
+the inline executor), so it is not refused: a write to the step's database from a thread other than
+the replays' and the engine's, while an atomic body runs, is logged as a warning naming the step
+(``_Watch``).
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 from contextlib import ExitStack, contextmanager
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -31,6 +41,7 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django_workflows import clock
 from django_workflows.control_flow import StoreError
 from django_workflows.errors import WorkflowConfigError
+from django_workflows.store.leases import keeper
 from django_workflows.timeouts import callers_transactions
 
 
@@ -56,7 +67,7 @@ def attempt_and_journal(steps, pending, number: int, journal_success) -> tuple:
     outcome = None
     try:
         with transaction.atomic(using=alias):
-            with _only_on(alias, steps, pending):
+            with _only_on(alias, steps, pending), _watching(alias, steps, pending, number):
                 outcome = steps.attempt(pending, number, writer.connection, callers)
             if outcome.failure is None and connections[alias].needs_rollback:
                 outcome = outcome._replace(text=None, value=None, failure=DatabaseError(
@@ -101,3 +112,81 @@ def _refusal(alias: str, other: str, steps, pending):
         ))
 
     return refuse
+
+
+# -- writes from other threads -------------------------------------------------------------------------
+
+# Statements that write nothing, by their first word: any other statement is taken for a write. Django
+# sends a BEGIN of its own only for SQLite's IMMEDIATE or EXCLUSIVE transactions, which take the write
+# lock: a write, which on SQLite waits for the atomic step's transaction to end.
+_READS = frozenset({"SELECT", "SHOW", "EXPLAIN", "SAVEPOINT", "RELEASE", "ROLLBACK", "COMMIT", "SET",
+                    "PRAGMA", "VALUES"})
+# Threads of the engine's own, by the beginning of their names: the lease keeper, the timeout watchdog, the
+# threads of step.all (their bodies are other steps'), the tasks executor's replays, the worker's purge.
+_ENGINE_THREADS = ("django-workflows-", "workflows-")
+
+
+class _Watch:
+    """An atomic body running in this process: the database its transaction is on, and the threads that
+    wrote to that database on connections of their own meanwhile (name: the first statement)."""
+
+    __slots__ = ("alias", "writers")
+
+    def __init__(self, alias: str):
+        self.alias = alias
+        self.writers: dict[str, str] = {}
+
+
+# By the thread that runs each body. Read by every statement of the process (``observe``): empty but while
+# an atomic body runs.
+_running: dict[int, _Watch] = {}
+
+
+def observe(execute, sql, params, many, context):
+    """The execute wrapper of every connection of the process (``watch_connection``): a write on the
+    database of a running atomic body, from another thread, is noted in the body's ``_Watch``."""
+    if _running:
+        _note(context["connection"], sql)
+    return execute(sql, params, many, context)
+
+
+def watch_connection(sender, connection, **kwargs) -> None:
+    """``connection_created``: observe the new connection's statements. Every connection of the process
+    connects before its first statement, in whichever thread, so none is missed. First in the list, so
+    that a caller's ``execute_wrapper`` block open as the connection connects pops its own wrapper."""
+    if observe not in connection.execute_wrappers:
+        connection.execute_wrappers.insert(0, observe)
+
+
+def _note(connection, sql) -> None:
+    thread = threading.current_thread()
+    if thread.ident in _running or thread.name.startswith(_ENGINE_THREADS) or not _writes(sql):
+        return
+    watches = [watch for watch in list(_running.values()) if watch.alias == connection.alias]
+    if not watches or thread.ident in keeper.replaying_threads():
+        return  # another replay's own statement
+    for watch in watches:
+        watch.writers.setdefault(thread.name, sql if isinstance(sql, str) else str(sql))
+
+
+def _writes(sql) -> bool:
+    words = str(sql).split(None, 1)
+    return bool(words) and words[0].upper() not in _READS
+
+
+@contextmanager
+def _watching(alias: str, steps, pending, number: int):
+    """Note, while the attempt's body runs, the writes other threads make to ``alias`` (``observe``), and
+    report them once it ended."""
+    watch = _running[threading.get_ident()] = _Watch(alias)
+    try:
+        yield
+    finally:
+        del _running[threading.get_ident()]
+        if watch.writers:
+            _report(steps, pending, number, watch)
+
+
+def _report(steps, pending, number: int, watch: _Watch) -> None:
+    writers = ", ".join(f"{name!r} ({sql[:60]!r})" for name, sql in watch.writers.items())
+    steps.report.written_outside_atomic_step(pending.key, number, watch.alias, writers)

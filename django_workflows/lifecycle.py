@@ -183,6 +183,17 @@ class Reporter:
             else:
                 self._log(step_log, WARNING, key, None, "wait %r failed: %s", key, _error(error))
 
+    def written_outside_atomic_step(self, key: str, attempt: int, alias: str, writers: str) -> None:
+        """Other threads wrote to an atomic step's database while its body ran (``atomic_steps``)."""
+        if step_log.isEnabledFor(WARNING):
+            self._log(step_log, WARNING, key, attempt,
+                      "step %r is atomic=True, and while attempt %s of its body ran, another thread wrote to "
+                      "database %r on a connection of its own: %s. Such writes are not part of the step's "
+                      "transaction: they commit on their own, even when the attempt fails or its journal row "
+                      "is refused, and every retry makes them again (at least once, not exactly once). Make "
+                      "the step's writes in the thread that runs its body, or drop atomic=True and make them "
+                      "idempotent.", key, attempt, alias, writers)
+
     def timer_fired(self, key: str, name: str, kind: str, wake_at: datetime,
                     started: datetime | None) -> None:
         """A step whose wake time had come: ``started`` is when the replay took the lease."""

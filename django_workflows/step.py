@@ -228,6 +228,9 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
 
     def call(self, method, *args, **kwargs):
         """Call a step (``do``, ``sleep``, ``wait_for_event``), remembering a suspension it asks for."""
+        if self.writer.fenced:
+            # The lease was lost and run() swallowed the Fenced: it stops here, as at a suspension.
+            raise self.writer.fence()
         if self.suspended is not None:
             raise self.suspended
         try:

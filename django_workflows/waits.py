@@ -117,7 +117,16 @@ class WaitSteps:
                 step=key, event_types=types,
             )
             error = describe_error(timeout_error)
-            _, status = self.writer.update(entry.id, status=StepStatus.FAILED, error=error, ended_at=deadline)
+
+            def record_timeout():
+                return self.writer.update(entry.id, status=StepStatus.FAILED, error=error, ended_at=deadline)
+
+            # An event received by the deadline may have been committed since the inbox was read empty
+            # (its sender's transaction ended late): it is taken, and the wait has not timed out.
+            while (status := self.writer.time_out_wait(types, deadline, record_timeout)) is None:
+                received = self._consume(key, name, entry, types, deadline, delta)
+                if received is not None:
+                    return received
             self.report.timer_fired(key, name, "timeout", deadline, self.started_at)
             self.report.step_failed(key, name, StepKind.WAIT, None, timeout_error)
             self.after_write(status, key)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import connections, router, transaction
-from django.db.models import Case, Value, When
+from django.db.models import Case, F, Value, When
 
 from django_workflows import clock, limits
 from django_workflows.conf import workflow_settings
@@ -69,7 +69,10 @@ def sweep(now: datetime | None = None) -> int:
 
     - an instance whose lease expired (its worker died mid-replay) is queued again, counting the crash
       unless the replay journaled a finished step,
-      or, if it was waiting for a pause, paused;
+      or, if it was waiting for a pause, paused; its epoch is bumped, as by a lease taken, so that the
+      replay, if it was only frozen (a stopped process, a long pause of its machine) and resumes, has
+      its next write refused: its journal, and the release that would end, suspend or resume the
+      instance behind the sweeper's back (a pause undone), are fenced;
     - an instance queued for longer than ``REDISPATCH_SECONDS`` (its task was lost, as the Redis broker
       loses the task of a worker that dies) gets its replay enqueued again.
     """
@@ -87,8 +90,8 @@ def sweep(now: datetime | None = None) -> int:
                     When(status=InstanceStatus.WAITING_FOR_PAUSE, then=Value(InstanceStatus.PAUSED)),
                     default=Value(InstanceStatus.QUEUED),
                 ),
-                crash_count=leases.crash_counted(connections[alias]), lease_owner="", lease_expires_at=None,
-                updated_at=now,
+                crash_count=leases.crash_counted(connections[alias]), epoch=F("epoch") + 1, lease_owner="",
+                lease_expires_at=None, updated_at=now,
             )
             queued = list(Instance.objects.filter(pk__in=expired, status=InstanceStatus.QUEUED).values_list(
                 "pk", flat=True

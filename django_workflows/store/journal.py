@@ -147,6 +147,10 @@ class JournalWriter:
         self.epoch = epoch
         # The replay's leases.Lease, once held: a lapsed or lost lease fences the next write.
         self.lease = None
+        # Once a write or a check of this replay is fenced, it stays fenced: user code may swallow the
+        # Fenced raised (an ``except BaseException:`` around a step), and nothing it does after may run
+        # a step body or write (``fence``).
+        self.fenced = False
         # While an async run()'s round settles its steps, the round: written with each of its rows.
         self.settled_in: int | None = None
         self.alias = router.db_for_write(Step)
@@ -233,10 +237,15 @@ class JournalWriter:
             f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s RETURNING status"
         )
         params = [self._adapt_datetime(now), *params, self.instance_pk, self.epoch]
+        if self.fenced:
+            # A step of this replay was refused: whatever run() made of it, its end is not the instance's.
+            return None
         with engine_statements():
             cursor = self._cursor()
             cursor.execute(sql, params)
             released = cursor.fetchall()
+        if not released:
+            self.fence()
         return released[0][0] if released else None
 
     def release_ending_child(self, parent_pk: int, end: dict, now: datetime, costs: Costs | None = None,
@@ -297,6 +306,28 @@ class JournalWriter:
                     continue
             return event, status
 
+    def time_out_wait(self, types, received_by: datetime, record) -> str | None:
+        """Journal a wait's timeout with ``record() -> (step id, instance status)``, unless the inbox holds
+        an event of ``types`` received by ``received_by`` (its deadline); return the instance's status, or
+        None if it holds one (the caller takes it).
+
+        One transaction, which takes the instance's row lock before it looks in the inbox: an event whose
+        sender held that lock (``inbox.deliver``) as the replay read the inbox empty is committed by the
+        time the lock is granted, and seen here; the timeout is only journaled once no such event is left.
+        """
+        with engine_statements(), transaction.atomic(using=self.alias):
+            # On SQLite the transaction holds the database's one write lock already.
+            lock = " FOR SHARE" if self.connection.vendor == "postgresql" else ""
+            cursor = self._cursor()
+            cursor.execute(f"SELECT 1 FROM {self._instance_table} WHERE id = %s AND epoch = %s{lock}",
+                           [self.instance_pk, self.epoch])
+            if cursor.fetchone() is None:
+                raise self.fence()
+            if Event.objects.waiting_for(self.instance_pk, types).filter(received_at__lte=received_by).exists():
+                return None
+            _, status = record()
+        return status
+
     def abandon(self, now: datetime, wake_at: datetime, costs: Costs | None = None) -> bool:
         """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at
         ``wake_at``, adding the replay's ``costs``; the crash count is left as it is. False if the
@@ -330,10 +361,24 @@ class JournalWriter:
             self._open_cursor = self._open_on = None
 
     def check_lease(self) -> None:
-        """Raise ``Fenced`` if the lease lapsed unrenewed or a renewal found it taken: the epoch check
-        of each write catches a lease taken over, but not a step body run meanwhile."""
-        if self.lease is not None and not self.lease.holds():
-            raise Fenced()
+        """Raise ``Fenced`` if a write of this replay was fenced, or the lease lapsed unrenewed or a
+        renewal found it taken: the epoch check of each write catches a lease taken over, but not a
+        step body run meanwhile."""
+        if self.fenced or (self.lease is not None and not self.lease.holds()):
+            raise self.fence()
+
+    def fence(self) -> Fenced:
+        """Mark the replay fenced for good and return the ``Fenced`` to raise.
+
+        The lease is marked lost as well, so the keeper stops renewing it. Raised into run(), a
+        ``Fenced`` may be swallowed; every later step call, write and release of the replay then
+        meets it again (``check_lease``), as every later step call meets a swallowed suspension: a
+        replay that went on would run step bodies another worker may be running, or journal a step
+        after one it never journaled."""
+        self.fenced = True
+        if self.lease is not None:
+            self.lease.lost = True
+        return Fenced()
 
     def _execute(self, sql: str, params) -> tuple[int, str]:
         self.check_lease()
@@ -342,7 +387,7 @@ class JournalWriter:
             cursor.execute(sql, params)
             row = cursor.fetchone()
         if row is None:
-            raise Fenced()
+            raise self.fence()
         return row[0], row[1]
 
 

@@ -44,12 +44,14 @@ class Lease:
     the replay must neither run another step body nor write again.
     """
 
-    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost", "bodies")
+    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost", "thread", "bodies")
 
     def __init__(self, instance_pk: int, epoch: int, taken: float, seconds: float):
         self.instance_pk = instance_pk
         self.epoch = epoch
         self.lost = False
+        # The thread whose replay holds the lease.
+        self.thread = threading.get_ident()
         # On SQLite, the connections of the threads running this replay's step bodies (see
         # ``_renew_inside_a_body``); elsewhere always empty.
         self.bodies: list = []
@@ -100,6 +102,11 @@ class LeaseKeeper:
         finally:
             with self._lock:
                 self._held.pop(key, None)
+
+    def replaying_threads(self) -> set[int]:
+        """The threads of this process running a replay now (each holds its instance's lease)."""
+        with self._lock:
+            return {lease.thread for lease in self._held.values()}
 
     def _loop(self) -> None:
         leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)

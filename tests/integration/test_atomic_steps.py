@@ -221,3 +221,93 @@ def test_an_atomic_step_writes_its_journal_row_in_one_statement_as_a_plain_step_
         # when the test itself holds a transaction.
         counted[atomic] = [q["sql"] for q in ctx.captured_queries if "SAVEPOINT" not in q["sql"]]
     assert len(counted[True]) == len(counted[False]) == 7, counted[True]
+
+
+def bump_from_a_thread(name: str) -> threading.Thread:
+    """Write a row as a body's helper thread would: on the thread's own connection."""
+
+    def write():
+        try:
+            SideEffect.bump(name)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=write, name="body's helper")
+    thread.start()
+    threads.append(thread)
+    # On PostgreSQL the write commits at once. On SQLite it waits for the step's transaction, which holds
+    # the database's one write lock: the body goes on without it, and it lands once the attempt ended.
+    thread.join(timeout=0.5)
+    return thread
+
+
+class AtomicWithAThread(WorkflowEntrypoint):
+    name = "atomic-with-a-thread"
+
+    def run(self, event, step):
+        def body(ctx):
+            SideEffect.bump("body")
+            bump_from_a_thread("thread")
+            if ctx.attempt == 1:
+                raise ValueError("the first attempt fails after both writes")
+            return ctx.attempt
+
+        return step.do("write", body, atomic=True, config={"retries": {"limit": 1, "delay": 0}})
+
+
+def test_writes_from_another_thread_are_outside_the_step_and_are_reported(transactional_db, caplog):
+    from django_workflows.testing import run_workflows
+
+    with run_workflows() as env:
+        instance = workflows.get("atomic-with-a-thread").create()
+        with caplog.at_level("WARNING", logger="django_workflows.engine.step"):
+            env.run_until_idle()
+    for thread in threads:
+        thread.join()
+    assert instance.status()["output"] == 2
+    # The body's own write was rolled back with the failed attempt; the thread's was not, on either
+    # database: it is made once per attempt.
+    assert SideEffect.counts() == {"body": 1, "thread": 2}
+    reported = [record for record in caplog.records if "another thread wrote" in record.getMessage()]
+    assert [record.attempt for record in reported] == [1, 2]
+    message = reported[0].getMessage()
+    assert "step 'write-1' is atomic=True" in message and "\"body's helper\"" in message
+    assert "database 'default'" in message and "not part of the step's transaction" in message
+    assert reported[0].step == "write-1" and reported[0].instance_pk == instance.pk
+
+
+def test_another_replays_writes_are_not_reported(transactional_db, caplog):
+    from django_workflows.testing import run_workflows
+
+    # A thread that holds a lease runs a replay of its own: its statements are not the atomic body's.
+    def other_replay():
+        try:
+            with keeper.hold(0, 0):
+                SideEffect.bump("other replay")
+        finally:
+            connections.close_all()
+
+    class AtomicBesideAReplay(WorkflowEntrypoint):
+        name = "atomic-beside-a-replay"
+
+        def run(self, event, step):
+            def body():
+                thread = threading.Thread(target=other_replay)
+                thread.start()
+                threads.append(thread)
+                # On SQLite the other replay's write waits for this step's transaction (noted before it
+                # waits, as any write is): the body goes on without it.
+                thread.join(timeout=0.5)
+                return 1
+
+            return step.do("write", body, atomic=True)
+
+    with run_workflows() as env:
+        instance = workflows.get("atomic-beside-a-replay").create()
+        with caplog.at_level("WARNING", logger="django_workflows.engine.step"):
+            env.run_until_idle()
+    for thread in threads:
+        thread.join()
+    assert instance.status()["output"] == 1
+    assert SideEffect.counts() == {"other replay": 1}
+    assert not [record for record in caplog.records if "another thread wrote" in record.getMessage()]

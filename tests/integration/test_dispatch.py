@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_workflows import workflows
+from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.executors.q2 import DjangoQExecutor
 from django_workflows.models import Instance
 from django_workflows.store.dispatch import next_wake_time, sweep, wake_due
@@ -58,6 +58,71 @@ def test_sweep_requeues_expired_leases_counting_the_crash(workflows_env):
     workflows_env.run_until_idle()
     assert instance.status()["status"] == "complete"
     assert Instance.objects.get(pk=instance.pk).crash_count == 0
+
+
+# What run() of "frozen-before-its-end" does between its step and its end: the test's freeze.
+freezes: list = []
+
+
+@pytest.fixture
+def frozen_replay():
+    freezes.clear()
+    yield freezes
+    freezes.clear()
+
+
+class FrozenBeforeItsEnd(WorkflowEntrypoint):
+    name = "frozen-before-its-end"
+
+    def run(self, event, step):
+        done = step.do("a", lambda: calls.update(["a"]) or "done")
+        for freeze in freezes:
+            freeze()
+        return done
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_a_replay_frozen_past_its_lease_cannot_undo_what_the_sweeper_did(workflows_env, frozen_replay, pause):
+    from django_workflows.conf import workflow_settings
+    from django_workflows.store.leases import keeper
+
+    instance = workflows.get("frozen-before-its-end").create()
+
+    def frozen():
+        # The process stops after its last step, before it gives its lease back: it renews nothing, its own
+        # count of the lease runs out, and meanwhile a pause is asked and the sweeper finds the lease expired.
+        if pause:
+            instance.pause()
+        workflows_env.clock.advance(timedelta(seconds=workflow_settings.LEASE_SECONDS + 1))
+        for lease in keeper._held.values():
+            lease.deadline = 0.0
+        assert sweep(workflows_env.now) == (0 if pause else 1)
+
+    frozen_replay.append(frozen)
+    workflows_env.executor.reset()
+    outcomes = []
+    from django_workflows.signals import replay_finished
+
+    def finished(outcome, **kwargs):
+        outcomes.append(outcome)
+
+    replay_finished.connect(finished)
+    try:
+        from django_workflows.replay import replay
+
+        replay(instance.pk)
+    finally:
+        replay_finished.disconnect(finished)
+    # The frozen replay resumes and ends run(): its end is refused, and the instance stays as the sweeper
+    # left it, paused as asked, or queued for the replay the sweeper enqueued.
+    assert outcomes == ["fenced"]
+    assert Instance.objects.get(pk=instance.pk).status == ("paused" if pause else "queued")
+    frozen_replay.clear()
+    if pause:
+        instance.resume()
+    workflows_env.run_until_idle()
+    assert instance.status()["output"] == "done"
+    assert calls["a"] == 1
 
 
 def _died_holding_the_lease(workflows_env, *, crash_count: int, finished_a_step: bool) -> Instance:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from django_workflows import StepLimitExceeded, workflows
+from django_workflows import StepLimitExceeded, WorkflowEntrypoint, workflows
 from django_workflows.control_flow import Suspend
 from django_workflows.models import Instance, Step
 from tests.testapp.workflows import calls
@@ -109,3 +109,37 @@ def test_a_running_instance_is_taken_over_only_once_its_lease_expired(workflows_
     offset = timedelta(seconds=-1 if lease_expired else 60)
     Instance.objects.filter(pk=instance.pk).update(status="running", lease_expires_at=workflows_env.now + offset)
     assert replay(instance.pk) is lease_expired
+
+
+def terminate_own_instance(event) -> None:
+    """A step body that counts itself, and terminates the instance it runs for the first time."""
+    calls.update(["fenced body"])
+    if calls["fenced body"] == 1:
+        workflows.get(event.workflow_name).get(event.instance_id).terminate()
+
+
+class SwallowsTheFence(WorkflowEntrypoint):
+    """A run() that catches everything around each step, even the Fenced of a lost lease."""
+
+    name = "swallows-the-fence"
+
+    def run(self, event, step):
+        for n in range(3):
+            try:
+                step.do(f"step {n}", lambda: terminate_own_instance(event))
+            except BaseException:  # noqa: BLE001 - the point of the test
+                calls.update(["swallowed"])
+        return "went on"
+
+
+@pytest.mark.one_flavour("an async run() is driven by the engine, which raises Fenced out of its event loop, "
+                        "never into run(); and an async run() that catches BaseException swallows its own "
+                        "cancellation as well")
+def test_a_fenced_write_stops_the_replay_even_if_run_swallows_it(workflows_env):
+    instance = workflows.get("swallows-the-fence").create()
+    workflows_env.run_until_idle()
+    # The first body terminated the instance: its journal write was fenced, and the two later step
+    # calls met the lost lease before running their bodies, however run() caught what they raised.
+    assert calls["fenced body"] == 1
+    assert instance.status()["status"] == "terminated"
+    assert not Step.objects.filter(instance_id=instance.pk).exists()

@@ -184,6 +184,55 @@ def test_an_event_arriving_after_the_deadline_does_not_count(workflows_env):
     assert instance.status()["output"] == {"status": "expired"}
 
 
+@pytest.fixture
+def committing_env(transactional_db):
+    """The recording executor and the manual clock, each statement committing: another thread sees it."""
+    from django_workflows.testing import run_workflows
+
+    with run_workflows() as env:
+        yield env
+
+
+def test_an_event_received_by_the_deadline_and_committed_as_the_wait_times_out_is_taken(committing_env):
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    instance = start("approval")
+    committing_env.run_until_idle()
+    deadline = row(instance).wake_at
+    committing_env.clock.set(deadline)
+
+    def send():
+        try:
+            instance.send_event(type="manager-approval", payload={"outcome": "approved"})
+        finally:
+            connections.close_all()
+
+    def sent_from_another_thread():
+        thread = threading.Thread(target=send)
+        thread.start()
+        thread.join()
+
+    sent = []
+
+    def once_the_inbox_was_read(execute, sql, params, many, context):
+        # The replay woken by the deadline found the inbox empty; a request sends the event at the deadline
+        # (received by it), and commits before the replay journals the timeout.
+        if not sent and Event._meta.db_table in sql and sql.lstrip().upper().startswith("SELECT"):
+            sent.append(sql)
+            transaction.on_commit(sent_from_another_thread)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(once_the_inbox_was_read):
+        committing_env.run_until_idle()
+    assert sent
+    event = Event.objects.get(instance_id=instance.pk)
+    assert event.received_at == deadline
+    assert instance.status()["output"]["status"] == "approved"
+    assert event.consumed_by.key == "approval-1"
+
+
 def test_timeout_is_catchable_and_journaled(workflows_env):
     instance = start("swallows-everything")
     workflows_env.run_until_idle()

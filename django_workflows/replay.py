@@ -425,8 +425,12 @@ class Replay(JournaledSteps):
         if registry.import_errors:
             reason += f"; in this process {', '.join(sorted(registry.import_errors))} failed to import"
         wake_at = clock.now() + UNREGISTERED_RECHECK
+        # Taking the lease noted the instance's first start; it did not start. Left noted, the start
+        # would spend a place in its workflow's rate-limit window now, and the worker that knows the
+        # class would find it started already and run it without asking the limit.
+        first_start = {"started_at": None} if self.instance.started_at == self.started_at else {}
         status = self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=wake_at, waiting_for=None,
-                              waiting_reason=reason, crash_count=self.instance.crash_count)
+                              waiting_reason=reason, crash_count=self.instance.crash_count, **first_start)
         if not status:
             raise Fenced()
         if status == InstanceStatus.PAUSED:

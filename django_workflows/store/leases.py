@@ -307,7 +307,7 @@ def holder() -> Holder:
 # -- taking the lease -----------------------------------------------------------------------------
 
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count",
-                    "terminating", "success_retention", "error_retention", "parent_id")
+                    "terminating", "success_retention", "error_retention", "parent_id", "started_at")
 
 
 @dataclass(frozen=True)
@@ -328,6 +328,9 @@ class Claim:
     error_retention: timedelta | None = None
     # The parent of a child workflow (step.child), which its end is sent to; None for any other instance.
     parent_id: int | None = None
+    # When the instance first started: the moment of this claim if this is its first (the rate limit
+    # counts starts by it).
+    started_at: datetime | None = None
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"

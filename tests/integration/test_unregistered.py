@@ -147,3 +147,39 @@ def test_an_instance_inserted_by_the_previous_release_without_the_newer_columns_
     assert Instance.objects.get(pk=instance.pk).terminating is False
     assert replay(instance.pk)
     assert instance.status()["status"] == "complete"
+
+
+class RateDeployed(WorkflowEntrypoint):
+    """A rate-limited workflow defined by code some workers do not run yet."""
+
+    name = "rate-deployed"
+    rate_limit = "1/minute"
+
+    def run(self, event, step):
+        return step.do("one", lambda: 1)
+
+
+registry.unregister(RateDeployed)
+
+
+def test_a_worker_without_a_rate_limited_workflow_does_not_spend_its_start(workflows_env):
+    """A worker of the previous release takes the instance, cannot run it and hands it back: that was
+    not a start, so the worker that knows the class still holds it to the rate limit."""
+    registry.register(RateDeployed)
+    try:
+        first = workflows.get("rate-deployed").create(id="r-1")
+        second = workflows.get("rate-deployed").create(id="r-2")
+        registry.unregister(RateDeployed)
+        assert replay(first.pk)  # the old worker: it waits for one that knows the class
+        row = Instance.objects.get(pk=first.pk)
+        assert (row.status, row.started_at) == ("waiting", None)
+        registry.register(RateDeployed)
+        assert replay(second.pk)
+        assert Instance.objects.get(pk=second.pk).status == "complete"
+        # The window of one start a minute is spent: the first instance waits for it, not runs.
+        assert replay(first.pk) is False or Instance.objects.get(pk=first.pk).status == "waiting"
+        row = Instance.objects.get(pk=first.pk)
+        assert row.status == "waiting" and "rate limit 1/minute" in row.waiting_reason
+        assert row.started_at is None
+    finally:
+        registry.unregister(RateDeployed)

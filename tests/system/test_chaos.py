@@ -1,4 +1,5 @@
-"""Chaos: 500 instances of a mix of workflows (steps, retries, sleeps, events) run through real
+"""Chaos: 500 instances of a mix of workflows (steps, retries, sleeps, events, and one in 25 with a step
+longer than the cluster watch's WEDGE_SECONDS) run through real
 ``workflows_worker`` commands while a random process of theirs is SIGKILLed every 0.5 to 2 seconds,
 and, on PostgreSQL, the database server is restarted once mid-run, a random worker connection is cut
 (``pg_terminate_backend``) every 1 to 3 seconds, and the second worker command runs with its clock 90 s
@@ -72,6 +73,9 @@ DATABASE_DOWN_SECONDS = 2.0
 SKEW_SECONDS = 90
 # Random kills may hit one instance's replays many times in a row; parking it would lose it.
 WORKER_SETTINGS = {**FAST_RECOVERY, "POISON_LIMIT": 50}
+# One instance in this many has a step longer than WEDGE_SECONDS (4 s): a cluster busy with such steps
+# must neither be restarted as wedged nor have them parked as poison.
+LONG_STEP_EVERY = 25
 DATABASE_ERRORS = ("OperationalError", "InterfaceError", "DatabaseError")
 # A command is spared from its start until its cluster runs (or this long): while it starts it is the
 # only process of its tree, and killing it again and again would measure Django's start-up time, not
@@ -431,6 +435,10 @@ def make_plan(rng: random.Random) -> list[Planned]:
             "events": rng.choice([0, 1, 1, 2, 3]),
             "busy_ms": rng.choice([0, 2, 10]),
         }
+        if n % LONG_STEP_EVERY == 0:
+            # The long-step cohort: spread through the creation order, so that every task of a batch
+            # meets one, and the workers of a cluster are often all inside one at once.
+            params["long_ms"] = rng.choice([4500, 6000])
         early = [rng.random() < 0.4 for _ in range(params["events"])]
         plan.append(Planned(f"chaos-{n:04d}", params, early))
     return plan
@@ -552,7 +560,8 @@ def print_figures(setup, seed, elapsed, chaos: Chaos, restart, cuts, heartbeats,
         ("", f"{report['deaths']} worker processes died in all (with their parent, or in a cluster restart)"),
         ("worker restarts", f"{chaos.restarts} commands started again, {chaos.exited_database_down} of them "
                             "after exiting unable to reach the database while starting"),
-        ("", f"{sum(heartbeats)} cluster restarts by the commands' watch"),
+        ("", f"{sum(heartbeats)} cluster restarts by the commands' watch, {wedged_restarts(chaos)} of them "
+             "for a cluster seen wedged"),
         ("database restarts", f"{1 if restart and restart.up_at else 0}{down}"),
         ("connections cut", f"{len(cuts.kills) if cuts else 0}"),
         ("clock skew", f"command slot 2 runs {SKEW_SECONDS} s ahead" if chaos.skewed_slots else "none"),
@@ -573,6 +582,12 @@ def print_figures(setup, seed, elapsed, chaos: Chaos, restart, cuts, heartbeats,
     for label, text in lines:
         print(f"   {label + ':' if label else '':19} {text}")
     print(flush=True)
+
+
+def wedged_restarts(chaos: Chaos) -> int:
+    """How many times a command restarted its cluster as wedged (its log says so each time)."""
+    return sum(path.read_text(errors="replace").count("took no task")
+               for path in chaos.log_dir.glob("command-*.log"))
 
 
 def status_counts() -> Counter:
@@ -858,7 +873,8 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
     last = max((r["ended_at"] for r in instances.values() if r["ended_at"]), default=first)
     return {
         "problems": problems,
-        "mix": f"{mix['steps']} plain steps, {sum(1 for p in plan if p.params['failures'])} flaky steps "
+        "mix": f"{mix['steps']} plain steps, {sum(1 for p in plan if p.params.get('long_ms'))} steps longer "
+               f"than WEDGE_SECONDS, {sum(1 for p in plan if p.params['failures'])} flaky steps "
                f"failing {mix['failures']} times, {sum(1 for p in plan if p.params['sleep'])} sleeps, "
                f"{mix['events']} waits for events",
         "run_seconds": (last - first).total_seconds(),

@@ -110,8 +110,9 @@ QUICK_RETRIES = {"retries": {"limit": 5, "delay": "1 second", "backoff": "consta
 
 
 class ChaosMix(WorkflowEntrypoint):
-    """Plain steps, a step that fails ``failures`` times before it succeeds, a sleep, then ``events``
-    waits for events, and a summary step; the params say how many of each.
+    """Plain steps, a step of ``long_ms`` (the long-step cohort), a step that fails ``failures`` times
+    before it succeeds, a sleep, then ``events`` waits for events, and a summary step; the params say
+    how many of each.
 
     Output: ``{"steps": [...], "events": [payloads in the order received], "total": sum of steps}``.
     """
@@ -122,6 +123,12 @@ class ChaosMix(WorkflowEntrypoint):
         results = []
         for n in range(params["steps"]):
             results.append(step.do("work", lambda n=n: side_effect(iid, f"work-{n + 1}", lambda: n * n, busy),
+                                   config=QUICK_RETRIES))
+
+        long_ms = params.get("long_ms", 0)
+        if long_ms:
+            # Longer than WEDGE_SECONDS: a cluster whose every worker is inside such a step is busy.
+            results.append(step.do("long", lambda: side_effect(iid, "long-1", lambda: long_ms, long_ms),
                                    config=QUICK_RETRIES))
 
         failures = params["failures"]
@@ -148,13 +155,16 @@ class ChaosMix(WorkflowEntrypoint):
 
 
 def expected_output(instance_id: str, params: dict) -> dict:
-    steps = [n * n for n in range(params["steps"])] + ([params["failures"]] if params["failures"] else [])
+    steps = [n * n for n in range(params["steps"])] + ([params["long_ms"]] if params.get("long_ms") else [])
+    steps += [params["failures"]] if params["failures"] else []
     events = [{"instance": instance_id, "n": n} for n in range(params["events"])]
     return {"steps": steps, "events": events, "total": sum(steps)}
 
 
 def expected_step_keys(params: dict) -> set[str]:
     keys = {f"work-{n + 1}" for n in range(params["steps"])} | {"summary-1"}
+    if params.get("long_ms"):
+        keys.add("long-1")
     if params["failures"]:
         keys.add("flaky-1")
     if params["sleep"]:

@@ -11,6 +11,9 @@ for its end.
   of the parent's, and no one else can send it.
 - The end gives the child's output, or raises its error in the parent with its class (a terminated
   child raises ``InstanceTerminated``).
+- Every statement of both goes through the replay's ``JournalWriter``, the insert in the create step's body
+  too: a database error in one is the engine's (``StoreError``), which abandons the replay, never an error
+  that run() could catch or the create step could count as a failed attempt.
 
 Mixed into the replay's steps (``step.JournaledSteps``).
 """
@@ -36,7 +39,6 @@ from django_workflows.errors import (
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind, StepStatus
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import children as store
-from django_workflows.store import steering
 from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
 
 # How long a parent waits for its child's end: the longest wait there is.
@@ -108,7 +110,7 @@ class ChildSteps:
             child = Instance(workflow_name=workflow, instance_id=child_id, params=params,
                              status=InstanceStatus.QUEUED, created_at=now, updated_at=now, parent_id=parent.pk,
                              parent_step=key, on_parent_end=on_parent_end)
-            pk = steering.insert_child(child)
+            pk = self.writer.insert_child(child)
             if pk is None:
                 raise ChildIdTaken(f"step.child({name!r}): workflow {workflow!r} already has an instance with id "
                                    f"{child_id!r}, which is not a child of this instance")
@@ -134,7 +136,7 @@ class ChildSteps:
         received = self._consume(key, name, entry, types, deadline, CHILD_WAIT)
         if received is not None:
             return outcome(received.payload)
-        end = store.finished_end(created["pk"])
+        end = self.writer.child_end(created["pk"])
         if end is not None:
             # Finished, and its end not in the inbox: it ended just now (taken above on a second look), or
             # while this parent had finished, which was restarted since.

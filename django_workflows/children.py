@@ -3,6 +3,8 @@ for its end.
 
 - The create step (``step.do`` named as the call, e.g. ``ship-1``) inserts the child, linked to its parent
   and to that step's key; its id is the one given, or one derived from the parent's id and the step's key.
+  The insert is fenced by the replay's epoch, as its journal writes are: a parent terminated (or restarted,
+  or leased elsewhere) meanwhile creates no child, which its terminate could not have reached.
   A crash after the insert and before the step's journal row runs the step again: the child it created
   is found and taken, not created twice. The step journals ``{workflow, id, pk, step}``.
 - The wait (``<step key> (result)``, e.g. ``ship-1 (result)``) takes the child's end from the parent's

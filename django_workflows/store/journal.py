@@ -300,12 +300,14 @@ class JournalWriter:
             return event, status
 
     def insert_child(self, child: Instance) -> int | None:
-        """Insert a child workflow of this instance and queue its first replay (``steering.insert_child``):
-        its pk, or None if its id is an instance's that is not this one's child. Called from the body of the
-        step that creates it, where a DatabaseError would be the step's failure: run() would catch it, or it
-        would be retried as one."""
+        """Insert a child workflow of this instance and queue its first replay (``steering.insert_child``),
+        fenced by this replay's epoch: a terminate, restart or lease taken elsewhere meanwhile raises
+        ``Fenced`` and leaves no child. Its pk, or None if its id is an instance's that is not this one's
+        child. Called from the body of the step that creates it, where a DatabaseError would be the step's
+        failure: run() would catch it, or it would be retried as one."""
+        self.check_lease()
         with engine_statements():
-            return steering.insert_child(child)
+            return steering.insert_child(child, self.epoch)
 
     def child_end(self, child_pk: int) -> dict | None:
         """The end of this instance's child if it has finished (``children.finished_end``)."""

@@ -6,6 +6,7 @@ terminate-with-rollback and restart reach its running children by their policy."
 from __future__ import annotations
 
 import asyncio
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,6 +20,7 @@ from django_workflows.children import ChildSteps
 from django_workflows.definition import registry
 from django_workflows.errors import InstanceTerminated, InvalidEventType
 from django_workflows.models import Event, Instance, Step
+from django_workflows.replay import replay
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.store import children as children_store
 from django_workflows.store import steering
@@ -98,9 +100,21 @@ class ShipOrRefund(WorkflowEntrypoint):
         return {"shipped": shipped}
 
 
+class TerminatedBeforeItsChild(WorkflowEntrypoint):
+    """Terminated through the public API after its replay took the lease and before step.child creates its
+    child. From run() itself: in a step's body, the terminate would fence that step's journal row, and the
+    replay would stop before reaching step.child."""
+
+    name = "terminated-before-its-child"
+
+    def run(self, event, step):
+        workflows.get(self.name).get(event.instance_id).terminate()
+        return step.child("ship", "kid", {"n": 1})
+
+
 # Only this module's tests see them: the API's schema lists every registered workflow's declared events,
 # and the schema test expects the test app's alone.
-WORKFLOWS = (Kid, Parent, AsyncParent, ShipOrRefund)
+WORKFLOWS = (Kid, Parent, AsyncParent, ShipOrRefund, TerminatedBeforeItsChild)
 for _workflow in WORKFLOWS:
     registry.unregister(_workflow)
 
@@ -233,8 +247,8 @@ def test_creation_is_idempotent_across_a_crash_before_the_create_step_is_journal
     real_create = steering.insert_child
     crashed = []
 
-    def create_then_crash(child):
-        pk = real_create(child)
+    def create_then_crash(*args):
+        pk = real_create(*args)
         if not crashed:
             crashed.append(pk)
             raise SimulatedCrash()
@@ -429,6 +443,8 @@ PARENT_EVENTS = f"SELECT 1 FROM {EVENT} WHERE instance_id = {{parent}} FOR UPDAT
 
 STATEMENTS = {
     "the child's insert": Statement(1, f"INSERT INTO {INSTANCE}", f"LOCK TABLE {INSTANCE} IN SHARE MODE"),
+    "the check of the parent's epoch": Statement(1, f'SELECT {INSTANCE}."id"', PARENT_ROW,
+                                                 has='"epoch" = %s'),
     "the create step's journal row": Statement(1, f"INSERT INTO {STEP}", PARENT_ROW, key="ship-1"),
     "the wait's look in the inbox": Statement(1, f'SELECT {EVENT}."id"', WHOLE_TABLE.format(EVENT)),
     "the read of the child's end": Statement(1, f'SELECT {INSTANCE}."status"', WHOLE_TABLE.format(INSTANCE),
@@ -537,3 +553,57 @@ def test_a_database_error_at_a_statement_of_step_child_never_reaches_run(workflo
     # One child, created once, and its create step's one attempt succeeded: the error was no attempt's.
     assert kids().count() == 1
     assert len(Step.objects.get(instance_id=saga.pk, key="ship-1").attempts) == 1
+
+
+# A parent's terminate and its child's creation: the child is inserted only while the parent holds its
+# lease at the epoch of the replay that creates it, so it never outlives a terminate that raced it.
+
+def test_a_parent_terminated_before_it_creates_its_child_leaves_no_child(workflows_env):
+    parent = start(None, workflow="terminated-before-its-child")
+    workflows_env.run_until_idle()
+    assert parent.status()["status"] == "terminated"
+    assert not kids().exists()
+    assert not Step.objects.filter(instance_id=parent.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("moment", ["the child's insert", "the check of the parent's epoch"])
+def test_a_terminate_racing_the_childs_creation_leaves_no_child_running(workflows_env, moment):
+    parent = start({"n": 1}, workflow="ship-or-refund")
+    statement = STATEMENTS[moment]
+    # After the insert, PostgreSQL's terminate commits at once; SQLite's waits, as the insert holds its one
+    # write lock. After the check, the terminate waits on either, for the parent's row or that lock.
+    commits_first = moment == "the child's insert" and connection.vendor == "postgresql"
+    outcome = []
+
+    def terminate():
+        try:
+            parent.terminate()
+            outcome.append("terminated")
+        except BaseException as exc:
+            outcome.append(repr(exc))
+        finally:
+            connection.close()
+
+    racer = threading.Thread(target=terminate)
+
+    def terminate_meanwhile(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if racer.ident is None and statement.matches(sql, params):
+            # The child's creation has run this statement and not committed: the terminate, from another
+            # connection, commits now or waits for that commit (given time to reach the wait).
+            racer.start()
+            racer.join(timeout=30 if commits_first else 0.5)
+        return result
+
+    with connection.execute_wrapper(terminate_meanwhile):
+        replay(parent.pk)
+    if racer.ident is not None:
+        racer.join(timeout=30)
+    assert outcome == ["terminated"]
+    workflows_env.run_until_idle()
+    assert parent.status()["status"] == "terminated"
+    # Never a child that runs to its end: a terminate that commits before the check leaves none (the child
+    # is rolled back), one that waits for the creation's commit reaches the child.
+    assert [kid.status for kid in kids()] == ([] if commits_first else ["terminated"])
+    assert refunds == []

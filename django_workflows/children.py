@@ -3,6 +3,8 @@ for its end.
 
 - The create step (``step.do`` named as the call, e.g. ``ship-1``) inserts the child, linked to its parent
   and to that step's key; its id is the one given, or one derived from the parent's id and the step's key.
+  The insert is fenced by the replay's epoch, as its journal writes are: a parent terminated (or restarted,
+  or leased elsewhere) meanwhile creates no child, which its terminate could not have reached.
   A crash after the insert and before the step's journal row runs the step again: the child it created
   is found and taken, not created twice. The step journals ``{workflow, id, pk, step}``.
 - The wait (``<step key> (result)``, e.g. ``ship-1 (result)``) takes the child's end from the parent's
@@ -11,6 +13,9 @@ for its end.
   of the parent's, and no one else can send it.
 - The end gives the child's output, or raises its error in the parent with its class (a terminated
   child raises ``InstanceTerminated``).
+- Every statement of both goes through the replay's ``JournalWriter``, the insert in the create step's body
+  too: a database error in one is the engine's (``StoreError``), which abandons the replay, never an error
+  that run() could catch or the create step could count as a failed attempt.
 
 Mixed into the replay's steps (``step.JournaledSteps``).
 """
@@ -36,7 +41,6 @@ from django_workflows.errors import (
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind, StepStatus
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import children as store
-from django_workflows.store import steering
 from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
 
 # How long a parent waits for its child's end: the longest wait there is.
@@ -108,7 +112,7 @@ class ChildSteps:
             child = Instance(workflow_name=workflow, instance_id=child_id, params=params,
                              status=InstanceStatus.QUEUED, created_at=now, updated_at=now, parent_id=parent.pk,
                              parent_step=key, on_parent_end=on_parent_end)
-            pk = steering.insert_child(child)
+            pk = self.writer.insert_child(child)
             if pk is None:
                 raise ChildIdTaken(f"step.child({name!r}): workflow {workflow!r} already has an instance with id "
                                    f"{child_id!r}, which is not a child of this instance")
@@ -134,7 +138,7 @@ class ChildSteps:
         received = self._consume(key, name, entry, types, deadline, CHILD_WAIT)
         if received is not None:
             return outcome(received.payload)
-        end = store.finished_end(created["pk"])
+        end = self.writer.child_end(created["pk"])
         if end is not None:
             # Finished, and its end not in the inbox: it ended just now (taken above on a second look), or
             # while this parent had finished, which was restarted since.

@@ -2,7 +2,8 @@
 or its inbox. Nothing outside this package writes those columns.
 
 - ``leases``: taking a replay's lease (bumping the epoch that fences it), renewing it, and who holds it.
-- ``journal``: reading a journal, and a replay's fenced writes: steps, events consumed, the release.
+- ``journal``: reading a journal, and a replay's fenced writes: steps, events consumed, children created,
+  the release.
 - ``inbox``: storing a delivered event and waking the instance that waits for it.
 - ``steering``: creating instances; pause, resume, terminate, restart.
 - ``dispatch``: the wake-up loop's and the sweeper's claims, and reclaiming dead processes' leases.

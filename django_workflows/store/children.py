@@ -36,6 +36,13 @@ def lock_parent(parent_pk: int) -> None:
     Instance.objects.filter(pk=parent_pk).select_for_update().values_list("pk", flat=True).first()
 
 
+def lock_parent_at(parent_pk: int, epoch: int) -> bool:
+    """Lock the parent's row (PostgreSQL) if it is still at ``epoch``; whether it is. A terminate, a restart
+    or another worker's lease has moved the epoch on otherwise."""
+    return Instance.objects.filter(pk=parent_pk, epoch=epoch).select_for_update().values_list(
+        "pk", flat=True).first() is not None
+
+
 def send_end(child_pk: int, parent_pk: int, payload: dict, now: datetime) -> None:
     """Store the child's end in the parent's inbox, waking the parent if it waits for it; nothing if the
     parent has finished or no longer exists. Call it in the transaction that ends the child."""

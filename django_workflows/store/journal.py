@@ -22,7 +22,7 @@ from django.db import DatabaseError, connections, router, transaction
 from django_workflows import clock, rows
 from django_workflows.control_flow import Fenced, StoreError
 from django_workflows.models import Event, Instance, InstanceStatus, Step
-from django_workflows.store import children
+from django_workflows.store import children, steering
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,9 @@ def _datetime_adapter(connection):
 
 
 class JournalWriter:
-    """The fenced writes of one replay, holding the epoch its lease was taken with."""
+    """The statements of one replay once run() runs, holding the epoch its lease was taken with: its fenced
+    writes, and the reads it makes as it goes. Each fails as ``StoreError``, never as a DatabaseError that
+    run() could catch."""
 
     def __init__(self, instance_pk: int, epoch: int):
         self.instance_pk = instance_pk
@@ -327,6 +329,21 @@ class JournalWriter:
                 return None
             _, status = record()
         return status
+
+    def insert_child(self, child: Instance) -> int | None:
+        """Insert a child workflow of this instance and queue its first replay (``steering.insert_child``),
+        fenced by this replay's epoch: a terminate, restart or lease taken elsewhere meanwhile raises
+        ``Fenced`` and leaves no child. Its pk, or None if its id is an instance's that is not this one's
+        child. Called from the body of the step that creates it, where a DatabaseError would be the step's
+        failure: run() would catch it, or it would be retried as one."""
+        self.check_lease()
+        with engine_statements():
+            return steering.insert_child(child, self.epoch)
+
+    def child_end(self, child_pk: int) -> dict | None:
+        """The end of this instance's child if it has finished (``children.finished_end``)."""
+        with engine_statements():
+            return children.finished_end(child_pk)
 
     def abandon(self, now: datetime, wake_at: datetime, costs: Costs | None = None) -> bool:
         """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at

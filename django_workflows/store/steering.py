@@ -12,6 +12,7 @@ from datetime import datetime
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import F
 
+from django_workflows.control_flow import Fenced
 from django_workflows.error_journal import describe_error
 from django_workflows.errors import InstanceTerminated
 from django_workflows.executors import enqueue, enqueue_many, get_executor
@@ -45,12 +46,35 @@ def insert(instance: Instance) -> None:
 
 
 
-def insert_child(child: Instance) -> int | None:
-    """Insert ``child`` (its parent link set) and queue its first replay; return its pk. An instance of that
-    workflow and id that is this parent's child already (created before a crash) is taken: its pk is
-    returned. One that is not this parent's child returns None."""
+def insert_child(child: Instance, parent_epoch: int) -> int | None:
+    """Insert ``child`` (its parent link set) and queue its first replay; return its pk. Fenced as the
+    journal's writes are: inserted only while the parent is at ``parent_epoch``, the epoch of the replay
+    creating it; otherwise nothing is inserted and ``Fenced`` is raised. An instance of that workflow and
+    id that is this parent's child already (created before a crash) is taken: its pk is returned. One that
+    is not this parent's child returns None.
+
+    The insert and the check of the parent's epoch are one transaction, the insert first:
+
+    - PostgreSQL: the check locks the parent's row. A terminate or restart that bumped the epoch first
+      makes the check fail (it waits for that commit and reads the row again), and the child is rolled
+      back; one that comes later waits for this commit, and its look for the parent's children, a statement
+      after its update, sees the child. The child's row is taken before the parent's, unlike elsewhere: a
+      row not yet committed is invisible to a terminate, which cannot wait for it.
+    - SQLite: one writer at a time, and the insert takes the write lock before the epoch is read, so no
+      terminate can commit between the check and the commit. A check made first would be a read, which in
+      a deferred transaction (Django's default) pins a snapshot that SQLite (in WAL mode) refuses to write
+      from once another write has committed: "database is locked".
+
+    The creation is fenced, rather than the terminate made to reach a child created meanwhile, because
+    only the creation can know of both: a terminate cannot see a child whose row has not committed, while
+    the creation can read its parent's epoch in the transaction that inserts the child."""
     try:
-        insert(child)
+        with transaction.atomic(using=_alias()):
+            child.save(force_insert=True)
+            if not children.lock_parent_at(child.parent_id, parent_epoch):
+                raise Fenced()
+            # Within the transaction for an executor that writes its task there; else once it commits.
+            enqueue(child.pk)
         return child.pk
     except IntegrityError:
         existing = (Instance.objects.for_workflow(child.workflow_name).filter(instance_id=child.instance_id)

@@ -6,16 +6,22 @@ terminate-with-rollback and restart reach its running children by their policy."
 from __future__ import annotations
 
 import asyncio
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
+import psycopg
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, OperationalError, connection
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.children import ChildSteps
 from django_workflows.definition import registry
 from django_workflows.errors import InstanceTerminated, InvalidEventType
 from django_workflows.models import Event, Instance, Step
+from django_workflows.replay import replay
+from django_workflows.signals import replay_finished, replay_started
 from django_workflows.store import children as children_store
 from django_workflows.store import steering
 from django_workflows.store.dispatch import sweep
@@ -76,9 +82,39 @@ class AsyncParent(WorkflowEntrypoint):
         return {"got": [first, second]}
 
 
+# What the saga below refunded, by the error it caught: the engine's own failures must never be among them.
+refunds: list[str] = []
+
+
+class ShipOrRefund(WorkflowEntrypoint):
+    """A saga: ships through a child workflow, refunds if shipping fails."""
+
+    name = "ship-or-refund"
+
+    def run(self, event, step):
+        try:
+            shipped = step.child("ship", "kid", event.payload)
+        except Exception as exc:  # the compensation: for the child's failure, never the database's
+            refunds.append(repr(exc))
+            return {"refunded": True}
+        return {"shipped": shipped}
+
+
+class TerminatedBeforeItsChild(WorkflowEntrypoint):
+    """Terminated through the public API after its replay took the lease and before step.child creates its
+    child. From run() itself: in a step's body, the terminate would fence that step's journal row, and the
+    replay would stop before reaching step.child."""
+
+    name = "terminated-before-its-child"
+
+    def run(self, event, step):
+        workflows.get(self.name).get(event.instance_id).terminate()
+        return step.child("ship", "kid", {"n": 1})
+
+
 # Only this module's tests see them: the API's schema lists every registered workflow's declared events,
 # and the schema test expects the test app's alone.
-WORKFLOWS = (Kid, Parent, AsyncParent)
+WORKFLOWS = (Kid, Parent, AsyncParent, ShipOrRefund, TerminatedBeforeItsChild)
 for _workflow in WORKFLOWS:
     registry.unregister(_workflow)
 
@@ -87,7 +123,9 @@ for _workflow in WORKFLOWS:
 def _registered():
     for workflow in WORKFLOWS:
         registry.register(workflow)
+    refunds.clear()
     yield
+    refunds.clear()
     for workflow in WORKFLOWS:
         registry.unregister(workflow)
 
@@ -209,8 +247,8 @@ def test_creation_is_idempotent_across_a_crash_before_the_create_step_is_journal
     real_create = steering.insert_child
     crashed = []
 
-    def create_then_crash(child):
-        pk = real_create(child)
+    def create_then_crash(*args):
+        pk = real_create(*args)
         if not crashed:
             crashed.append(pk)
             raise SimulatedCrash()
@@ -370,3 +408,202 @@ def test_the_surfaces_show_the_parent_and_the_children(workflows_env, admin_clie
     out = describe("parent", "p1")
     assert f"kid/{kid.instance_id}" in out and "CHILD" in out
     assert "parent/p1, step kid-1" in describe("kid", kid.instance_id)
+
+
+# A database error at any statement step.child makes is the engine's: the replay is abandoned and tried
+# again, and run() never sees it (docs/concepts/guarantees.md).
+
+INSTANCE, STEP, EVENT = (f'"{model._meta.db_table}"' for model in (Instance, Step, Event))
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement of step.child in its parent's replays: which replay makes it (the first creates the child
+    and waits; the second takes the child's end), how its SQL begins, what else is in its SQL or its
+    parameters, and what another connection runs on PostgreSQL to hold a lock the statement must wait for
+    (``{parent}``: the parent's pk)."""
+
+    replay: int
+    begins: str
+    lock: str
+    has: str = ""
+    key: str | None = None  # a journal row's step key
+
+    def matches(self, sql: str, params) -> bool:
+        params = list(params or ())
+        return sql.startswith(self.begins) and self.has in sql and (self.key is None or self.key in params)
+
+
+# On PostgreSQL a plain read waits only for a lock on its whole table; an insert, for a SHARE lock on it;
+# the journal's writes and the release, for the parent's row, which their fence reads FOR SHARE or they
+# update; the mark of an event consumed, for the event's row.
+WHOLE_TABLE = "LOCK TABLE {} IN ACCESS EXCLUSIVE MODE"
+PARENT_ROW = f"SELECT 1 FROM {INSTANCE} WHERE id = {{parent}} FOR UPDATE"
+PARENT_EVENTS = f"SELECT 1 FROM {EVENT} WHERE instance_id = {{parent}} FOR UPDATE"
+
+STATEMENTS = {
+    "the child's insert": Statement(1, f"INSERT INTO {INSTANCE}", f"LOCK TABLE {INSTANCE} IN SHARE MODE"),
+    "the check of the parent's epoch": Statement(1, f'SELECT {INSTANCE}."id"', PARENT_ROW,
+                                                 has='"epoch" = %s'),
+    "the create step's journal row": Statement(1, f"INSERT INTO {STEP}", PARENT_ROW, key="ship-1"),
+    "the wait's look in the inbox": Statement(1, f'SELECT {EVENT}."id"', WHOLE_TABLE.format(EVENT)),
+    "the read of the child's end": Statement(1, f'SELECT {INSTANCE}."status"', WHOLE_TABLE.format(INSTANCE),
+                                             has='"output"'),
+    "the wait's journal row": Statement(1, f"INSERT INTO {STEP}", PARENT_ROW, key="ship-1 (result)-1"),
+    "the release to wait for the child": Statement(1, f"UPDATE {INSTANCE} SET lease_owner", PARENT_ROW,
+                                                   has="waiting_for"),
+    "the take of the child's end from the inbox": Statement(2, f'SELECT {EVENT}."id"',
+                                                            WHOLE_TABLE.format(EVENT)),
+    "the journal row of the end taken": Statement(2, f"UPDATE {STEP}", PARENT_ROW),
+    "the mark of the end as consumed": Statement(2, f"UPDATE {EVENT}", PARENT_EVENTS),
+}
+
+LOCK_TIMEOUT = "lock timeout"
+CONNECTION_CUT = "connection cut"
+FAULTS = [LOCK_TIMEOUT, pytest.param(CONNECTION_CUT, marks=pytest.mark.postgres)]
+
+
+def _dsn() -> dict:
+    params = connection.get_connection_params()
+    return {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
+
+
+@contextmanager
+def _held_by_another_connection(lock_sql: str):
+    holder = psycopg.connect(**_dsn())
+    try:
+        # Never waits long for a lock of the replay's own connection, which waits for this one meanwhile.
+        holder.execute("SET lock_timeout = '5s'")
+        holder.execute(lock_sql)
+        yield
+    finally:
+        holder.close()  # ends its transaction, and the lock with it
+
+
+class Fault:
+    """Fails the first statement of the parent's ``statement.replay``-th replay that is ``statement``, as
+    the database does: on PostgreSQL for real (its connection terminated by another one, or a lock held
+    by another connection for longer than its lock_timeout); on SQLite, whose reads never wait for a
+    lock and whose connection cannot be cut, by raising what it raises when its busy timeout runs out."""
+
+    def __init__(self, parent_pk: int, statement: Statement, kind: str):
+        self.parent_pk, self.statement, self.kind = parent_pk, statement, kind
+        self.replays = 0
+        self.armed = self.struck = False
+
+    def started(self, instance_pk, **kwargs):
+        if instance_pk == self.parent_pk:
+            self.replays += 1
+            self.armed = self.replays == self.statement.replay
+
+    def finished(self, **kwargs):
+        self.armed = False
+
+    def __call__(self, execute, sql, params, many, context):
+        if not self.armed or self.struck or not self.statement.matches(sql, params):
+            return execute(sql, params, many, context)
+        self.struck = True
+        wrapper = context["connection"]
+        if wrapper.vendor == "sqlite":
+            raise OperationalError("database is locked")
+        if self.kind == CONNECTION_CUT:
+            with psycopg.connect(**_dsn(), autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s, 5000)", [wrapper.connection.info.backend_pid])
+            return execute(sql, params, many, context)
+        with _held_by_another_connection(self.statement.lock.format(parent=self.parent_pk)):
+            wrapper.connection.execute("SET lock_timeout = '50ms'")
+            return execute(sql, params, many, context)
+
+
+@contextmanager
+def failing(parent_pk: int, statement: Statement, kind: str):
+    fault = Fault(parent_pk, statement, kind)
+    replay_started.connect(fault.started, weak=False)
+    replay_finished.connect(fault.finished, weak=False)
+    try:
+        with connection.execute_wrapper(fault):
+            yield fault
+    finally:
+        replay_started.disconnect(fault.started)
+        replay_finished.disconnect(fault.finished)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("kind", FAULTS)
+@pytest.mark.parametrize("statement", list(STATEMENTS))
+def test_a_database_error_at_a_statement_of_step_child_never_reaches_run(workflows_env, statement, kind):
+    saga = start({"n": 21, "wait": True}, workflow="ship-or-refund")
+    with failing(saga.pk, STATEMENTS[statement], kind) as fault:
+        workflows_env.run_until_idle()
+        if STATEMENTS[statement].replay == 2:
+            kid_handle().send_event("go")
+            workflows_env.run_until_idle()
+    assert fault.struck
+    row = Instance.objects.get(pk=saga.pk)
+    # Abandoned: not errored, not counted toward poison, its lease back, and replayed 2 seconds later.
+    assert (row.status, row.error, row.crash_count, row.lease_owner) == ("waiting", None, 0, "")
+    assert row.wake_at == workflows_env.now + timedelta(seconds=2)
+    assert refunds == []
+    workflows_env.advance("2 seconds")
+    if only_kid().status == "waiting":
+        kid_handle().send_event("go")
+        workflows_env.run_until_idle()
+    assert saga.status()["output"] == {"shipped": {"double": 42}}
+    assert refunds == []
+    # One child, created once, and its create step's one attempt succeeded: the error was no attempt's.
+    assert kids().count() == 1
+    assert len(Step.objects.get(instance_id=saga.pk, key="ship-1").attempts) == 1
+
+
+# A parent's terminate and its child's creation: the child is inserted only while the parent holds its
+# lease at the epoch of the replay that creates it, so it never outlives a terminate that raced it.
+
+def test_a_parent_terminated_before_it_creates_its_child_leaves_no_child(workflows_env):
+    parent = start(None, workflow="terminated-before-its-child")
+    workflows_env.run_until_idle()
+    assert parent.status()["status"] == "terminated"
+    assert not kids().exists()
+    assert not Step.objects.filter(instance_id=parent.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("moment", ["the child's insert", "the check of the parent's epoch"])
+def test_a_terminate_racing_the_childs_creation_leaves_no_child_running(workflows_env, moment):
+    parent = start({"n": 1}, workflow="ship-or-refund")
+    statement = STATEMENTS[moment]
+    # After the insert, PostgreSQL's terminate commits at once; SQLite's waits, as the insert holds its one
+    # write lock. After the check, the terminate waits on either, for the parent's row or that lock.
+    commits_first = moment == "the child's insert" and connection.vendor == "postgresql"
+    outcome = []
+
+    def terminate():
+        try:
+            parent.terminate()
+            outcome.append("terminated")
+        except BaseException as exc:
+            outcome.append(repr(exc))
+        finally:
+            connection.close()
+
+    racer = threading.Thread(target=terminate)
+
+    def terminate_meanwhile(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if racer.ident is None and statement.matches(sql, params):
+            # The child's creation has run this statement and not committed: the terminate, from another
+            # connection, commits now or waits for that commit (given time to reach the wait).
+            racer.start()
+            racer.join(timeout=30 if commits_first else 0.5)
+        return result
+
+    with connection.execute_wrapper(terminate_meanwhile):
+        replay(parent.pk)
+    if racer.ident is not None:
+        racer.join(timeout=30)
+    assert outcome == ["terminated"]
+    workflows_env.run_until_idle()
+    assert parent.status()["status"] == "terminated"
+    # Never a child that runs to its end: a terminate that commits before the check leaves none (the child
+    # is rolled back), one that waits for the creation's commit reaches the child.
+    assert [kid.status for kid in kids()] == ([] if commits_first else ["terminated"])
+    assert refunds == []

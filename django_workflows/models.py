@@ -151,7 +151,13 @@ class Instance(models.Model):
         default=0, help_text="Fencing token: bumped by every lease taken and every terminate or restart."
     )
     crash_count = models.PositiveIntegerField(
-        default=0, help_text="Replays in a row whose lease expired before they finished (a dead worker)."
+        default=0, help_text="Replays in a row that died holding the lease (a dead worker) without progress: "
+                             "no step finished, no step body ran on under a renewed lease."
+    )
+    progressed_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the replay holding the lease last renewed it from inside a step body: a step that "
+                  "runs for minutes is progress, and its worker's death is not counted toward poison.",
     )
     # What the instance has cost, over its life (restarts included), added by each replay as it ends.
     # db_default as well, as for terminating: a previous release's worker inserts instances without them.

@@ -288,8 +288,9 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
         meter = _Meter()
         span = None if self.span is None else telemetry.start_attempt(self.span, self.instance, pending.key,
                                                                       pending.name, number)
-        lease, connection = self.writer.lease, connections[self.writer.alias]
-        noted = lease is not None and lease.body_started(connection)
+        lease = self.writer.lease
+        running = None if lease is None else lease.body_started(connections[self.writer.alias],
+                                                                pending.policy.timeout.total_seconds())
         try:
             if span is None:
                 returned = call_with_timeout(functools.partial(meter.run, body),
@@ -309,8 +310,8 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
         except USER_FAILURES as exc:
             failure = exc
         finally:
-            if noted:
-                lease.body_ended(connection)
+            if running is not None:
+                lease.body_ended(running)
         return Attempt(started, clock.now(), text, value, failure, meter.cpu, meter.wall, meter.thread,
                        None if span is None else (span, time.time_ns()))
 

@@ -91,7 +91,7 @@ def sweep(now: datetime | None = None) -> int:
                     default=Value(InstanceStatus.QUEUED),
                 ),
                 crash_count=leases.crash_counted(connections[alias]), epoch=F("epoch") + 1, lease_owner="",
-                lease_expires_at=None, updated_at=now,
+                lease_expires_at=None, progressed_at=None, updated_at=now,
             )
             queued = list(Instance.objects.filter(pk__in=expired, status=InstanceStatus.QUEUED).values_list(
                 "pk", flat=True
@@ -131,7 +131,7 @@ def _reclaim_sql(connection, owners: int) -> str:
     return (
         f"UPDATE {table} SET status = CASE WHEN status = %s THEN %s ELSE %s END, "
         f"epoch = epoch + 1, crash_count = ({leases.crash_counted_sql(connection)}), lease_owner = '', "
-        "lease_expires_at = NULL, "
+        "lease_expires_at = NULL, progressed_at = NULL, "
         "updated_at = %s "
         f"WHERE status IN (%s, %s) AND lease_owner IN ({', '.join(['%s'] * owners)}) RETURNING id, status"
     )

@@ -52,9 +52,10 @@ class Lease:
         self.lost = False
         # The thread whose replay holds the lease.
         self.thread = threading.get_ident()
-        # On SQLite, the connections of the threads running this replay's step bodies (see
-        # ``_renew_inside_a_body``); elsewhere always empty.
-        self.bodies: list = []
+        # The step bodies of this replay running now, as (their thread's connection, the monotonic time
+        # their timeout passes): a body within its timeout is progress (``progress``), and on SQLite the
+        # renewal may have to go through its connection (``_renew_inside_a_body``).
+        self.bodies: list[tuple[Any, float]] = []
         self.extend(taken, seconds)
 
     def extend(self, since: float, seconds: float) -> None:
@@ -64,18 +65,25 @@ class Lease:
     def holds(self) -> bool:
         return not self.lost and time.monotonic() < self.deadline
 
-    def body_started(self, wrapper) -> bool:
-        """Note that a step body runs in this thread, on connection ``wrapper``; True if noted (then
-        call ``body_ended``). Only SQLite needs it: there, a body inside a write transaction (an atomic
-        step's, or one it opened itself) holds the database's one write lock, and the keeper's renewal
-        on a connection of its own would wait behind it until the lease lapsed."""
-        if wrapper.vendor != "sqlite":
-            return False
-        self.bodies.append(wrapper)
-        return True
+    def body_started(self, wrapper, timeout: float) -> tuple[Any, float]:
+        """Note that a step body with ``timeout`` seconds starts in this thread, whose connection is
+        ``wrapper``; give what it returns to ``body_ended`` once the body is over."""
+        body = (wrapper, time.monotonic() + timeout)
+        self.bodies.append(body)
+        return body
 
-    def body_ended(self, wrapper) -> None:
-        self.bodies.remove(wrapper)
+    def body_ended(self, body: tuple[Any, float]) -> None:
+        self.bodies.remove(body)
+
+    def progress(self) -> bool | None:
+        """What a renewal says of this replay's progress: True while a step body runs within its timeout
+        (a step that runs for minutes is progress, not a stall), False once every body running has
+        outlived it (stuck, past the interruptions), None outside step bodies (the engine's own work)."""
+        bodies = list(self.bodies)
+        if not bodies:
+            return None
+        now = time.monotonic()
+        return any(now < deadline for _, deadline in bodies)
 
 
 class LeaseKeeper:
@@ -124,7 +132,8 @@ class LeaseKeeper:
                 continue
             try:
                 since = time.monotonic()
-                expires = clock.now() + timedelta(seconds=seconds)
+                now = clock.now()
+                expires = now + timedelta(seconds=seconds)
                 for lease in renew:
                     # Not under the lock, so that a slow statement (SQLite waiting out another writer)
                     # never holds up hold()'s exit. A renewal landing after the replay released the
@@ -133,11 +142,13 @@ class LeaseKeeper:
                     with self._lock:
                         if self._held.get((lease.instance_pk, lease.epoch)) is not lease:
                             continue
-                    renewed = _renew_inside_a_body(lease, expires)
+                    progress = lease.progress()
+                    marked = {} if progress is None else {"progressed_at": now if progress else None}
+                    renewed = _renew_inside_a_body(lease, expires, marked)
                     if renewed is None:
                         renewed = Instance.objects.filter(
                             pk=lease.instance_pk, epoch=lease.epoch, status__in=leased
-                        ).update(lease_expires_at=expires)
+                        ).update(lease_expires_at=expires, **marked)
                     if renewed:
                         lease.extend(since, seconds)
                     else:
@@ -157,7 +168,7 @@ class LeaseKeeper:
 keeper = LeaseKeeper()
 
 
-def _renew_inside_a_body(lease: Lease, expires: datetime) -> int | None:
+def _renew_inside_a_body(lease: Lease, expires: datetime, marked: dict) -> int | None:
     """On SQLite, renew the lease through the connection of a step body that is inside a transaction,
     as part of that transaction; return the rows renewed, or None if no body is in one.
 
@@ -170,17 +181,21 @@ def _renew_inside_a_body(lease: Lease, expires: datetime) -> int | None:
     Django's SQLite connections may be used from another thread (``check_same_thread`` is off), and
     SQLite serializes the statements of one connection.
     """
-    for wrapper in list(lease.bodies):
+    for wrapper, _ in list(lease.bodies):
         raw = wrapper.connection
-        if raw is None:
+        if wrapper.vendor != "sqlite" or raw is None:
             continue
         try:
             if not raw.in_transaction:
                 continue
-            table = wrapper.ops.quote_name(Instance._meta.db_table)
+            ops = wrapper.ops
+            assignments = "".join(f", {column} = ?" for column in marked)
             cursor = raw.execute(
-                f"UPDATE {table} SET lease_expires_at = ? WHERE id = ? AND epoch = ? AND status IN (?, ?)",
-                (wrapper.ops.adapt_datetimefield_value(expires), lease.instance_pk, lease.epoch,
+                f"UPDATE {ops.quote_name(Instance._meta.db_table)} SET lease_expires_at = ?{assignments} "
+                "WHERE id = ? AND epoch = ? AND status IN (?, ?)",
+                (ops.adapt_datetimefield_value(expires),
+                 *(ops.adapt_datetimefield_value(value) for value in marked.values()),
+                 lease.instance_pk, lease.epoch,
                  InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value),
             )
         except Exception:
@@ -336,13 +351,16 @@ class Claim:
         return f"{self.workflow_name}/{self.instance_id}"
 
 
-# The crash count after a replay died holding the lease: reset if it journaled a finished step under
-# that lease (updated_at is when it took the lease; a renewal does not touch it), one more otherwise.
-# Only replays that die without progress lead to poison: a step longer than the task queue's timeout
-# that still finishes one step per replay is slow, not poisonous.
+# The crash count after a replay died holding the lease: reset if it made progress under that lease,
+# one more otherwise. Progress is what the replay did: a step body that renewed the lease while it ran
+# within its timeout (progressed_at, which taking a lease clears), or a finished step journaled under
+# that lease (updated_at is when it took the lease; a renewal does not touch it). Only replays that die
+# without progress lead to poison: a step that runs for minutes, or one longer than the task queue's
+# timeout that still finishes one step per replay, is slow, not poisonous.
 _CRASH_COUNTED = (
-    "CASE WHEN EXISTS (SELECT 1 FROM {steps} cs WHERE cs.instance_id = {instance}.id "
-    "AND cs.ended_at >= {instance}.updated_at) THEN 0 ELSE crash_count + 1 END"
+    "CASE WHEN {instance}.progressed_at IS NOT NULL OR EXISTS (SELECT 1 FROM {steps} cs "
+    "WHERE cs.instance_id = {instance}.id AND cs.ended_at >= {instance}.updated_at) THEN 0 "
+    "ELSE crash_count + 1 END"
 )
 
 
@@ -404,7 +422,7 @@ def _take(instance_pk: int, owner: str, now, lease_seconds: float, condition: st
         "epoch = epoch + 1, "
         f"crash_count = CASE WHEN status IN (%s, %s) THEN ({crash_counted_sql(connection)}) "
         "ELSE crash_count END, "
-        "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, "
+        "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, progressed_at = NULL, "
         "started_at = COALESCE(started_at, %s), updated_at = %s "
         f"WHERE id = %s AND {_runnable(ops)}{f' AND {condition}' if condition else ''} "
         f"RETURNING {', '.join(ops.quote_name(c) for c in _CLAIMED_COLUMNS)}"

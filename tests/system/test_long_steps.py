@@ -66,3 +66,28 @@ def test_attempts_ending_as_their_timeout_fires_leave_nothing_armed(start_worker
     timed_out = sum(i.status()["output"]["timed_out"] for i in instances)
     print(f"edge of timeout: {timed_out} of 200 attempts timed out")
     assert 0 < timed_out < 200
+
+
+def test_a_long_step_whose_worker_keeps_dying_is_not_parked_as_poison(start_worker):
+    """Its worker is killed three times inside the step, each time after the step renewed its lease:
+    the step was running, which is progress, so the deaths are not counted toward poison (POISON_LIMIT
+    is 2), and the fourth run completes it."""
+    import os
+    import signal
+    import time
+
+    from django_workflows.store.leases import Holder
+
+    start_worker(workers=1)
+    instance = workflows.get("long-step").create(id="killed", params={"seconds": 6})
+    for run in range(1, 4):
+        wait_for(lambda run=run: SideEffect.counts().get("killed:long") == run, 30,
+                 message=f"run {run} of the step")
+        # LEASE_SECONDS is 3: the keeper renews the lease, from inside the step, within 1.5 s.
+        time.sleep(2.5)
+        row = Instance.objects.get(pk=instance.pk)
+        assert row.progressed_at is not None
+        os.kill(Holder.parse(row.lease_owner).pid, signal.SIGKILL)
+    wait_status(instance, "complete", 60)
+    assert SideEffect.counts() == {"killed:long": 4}
+    assert Instance.objects.get(pk=instance.pk).crash_count == 0

@@ -638,6 +638,9 @@ class Program(WorkflowEntrypoint):
 # The chaos test's workflow lives with its log helpers; importing it here registers it.
 from tests.testapp.chaos import ChaosMix  # noqa: E402, F401
 
+# So are the workflows whose half-run journals are committed under tests/golden/.
+from tests.testapp import golden  # noqa: E402, F401
+
 
 class Skewed(WorkflowEntrypoint):
     """Steps that take a while, then a sleep: each step body is logged with the monotonic clock, which

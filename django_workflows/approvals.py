@@ -33,7 +33,8 @@ def decision_refused(user, instance: Instance, event_type: str | None) -> str | 
     if event_type is None:
         return None
     try:
-        declared_events.authorize(instance.workflow_name, event_type, declared_events.ADMIN, user)
+        rules = declared_events.rules_of(instance.workflow_name)
+        declared_events.authorize(rules, event_type, declared_events.ADMIN, user)
     except EventRefused as exc:
         return str(exc)
     return None

@@ -21,7 +21,9 @@ A workflow that sets ``events`` on its class accepts only the types it names::
 - ``approval``: the types the admin's Approve and Reject buttons send.
 
 Python code calling ``send_event`` is trusted like the rest of the project's code: the type must be
-declared and the payload must match, but no permission or channel applies.
+declared and the payload must match, but no permission or channel applies, unless it names the user it
+sends for (``send_event(..., user=...)``). ``django_workflows.sending`` applies these rules, for every
+channel.
 A workflow without ``events`` keeps the open behaviour: any valid type, from anyone with ``send_event``.
 """
 
@@ -41,9 +43,9 @@ from django_workflows.errors import (
 )
 from django_workflows.validation import MAX_EVENT_TYPE, is_event_type
 
-# The channels an event arrives through.
-API, WEBHOOK, ADMIN, CLI = "api", "webhook", "admin", "cli"
-PEOPLE = {API: "the API", ADMIN: "the admin", CLI: "the command line"}
+# The channels an event arrives through: Python code calling send_event, and the surfaces.
+PYTHON, API, WEBHOOK, ADMIN, CLI = "python", "api", "webhook", "admin", "cli"
+PEOPLE = {PYTHON: "send_event on a user's behalf", API: "the API", ADMIN: "the admin", CLI: "the command line"}
 
 KEYS = frozenset({"permission", "schema", "approval", "webhook"})
 
@@ -157,9 +159,10 @@ def approval_types(workflow_name: str) -> frozenset[str]:
     return frozenset(types)
 
 
-def check_arrival(workflow_name: str, event_type: str, payload: Any) -> EventRule | None:
-    """Refuse an undeclared type or a payload its schema rejects (``InvalidEvent``); every channel."""
-    rules = rules_of(workflow_name)
+def check_arrival(rules: dict[str, EventRule] | None, workflow_name: str, event_type: str,
+                  payload: Any) -> EventRule | None:
+    """Refuse an undeclared type or a payload its schema rejects (``InvalidEvent``); every channel.
+    ``rules`` are the workflow's (``rules_for``), read once by the caller for every check it makes."""
     if rules is None:
         return None
     rule = rules.get(event_type)
@@ -195,10 +198,10 @@ def _validator(schema):
     return validators.validator_for(schema)(schema)
 
 
-def authorize(workflow_name: str, event_type: str, channel: str, user=None) -> None:
-    """Refuse a sender the declaration does not allow (``EventRefused``): a webhook-only type sent by a
-    person, a person's type sent as a webhook, a user without the type's permission."""
-    rules = rules_of(workflow_name)
+def authorize(rules: dict[str, EventRule] | None, event_type: str, channel: str, user=None) -> None:
+    """Refuse a sender the declaration (``rules``, the workflow's) does not allow (``EventRefused``): a
+    webhook-only type sent by a person, a person's type sent as a webhook, a user without the type's
+    permission."""
     if rules is None or event_type not in rules:
         return  # undeclared types are check_arrival's
     rule = rules[event_type]

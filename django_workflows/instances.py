@@ -7,43 +7,32 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, declared_events, lifecycle, signals
+from django_workflows import clock, declared_events, lifecycle, sending, signals
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.durations import parse_duration
 from django_workflows.errors import (
-    DuplicateDelivery,
-    EventTooLarge,
-    IdempotencyKeyReused,
-    InboxFull,
     InstanceAlreadyExists,
-    InstanceFinished,
     InstanceNotFound,
-    InvalidEvent,
     InvalidParams,
     InvalidStepInput,
     InvalidTransition,
     ParamsTooLarge,
     StepNotFound,
 )
-from django_workflows.models import FINISHED_STATUSES, Instance, InstanceStatus
+from django_workflows.models import Instance, InstanceStatus
 from django_workflows.policy import version_of
 from django_workflows.serialization import NotJournalable, encode
-from django_workflows.store import inbox, steering
+from django_workflows.store import steering
 from django_workflows.transitions import TRANSITIONS
-from django_workflows.validation import (
-    validate_event_type,
-    validate_idempotency_key,
-    validate_instance_id,
-    validate_step_name,
-)
+from django_workflows.sending import SentEvent
+from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 100
 
@@ -92,16 +81,12 @@ def parse_retention(retention) -> dict[str, timedelta]:
             if value is not None}
 
 
-_TOO_LARGE = {InvalidParams: ParamsTooLarge, InvalidEvent: EventTooLarge}
-
-
-def _check_json(value, limit: int, what: str, error_class) -> None:
+def _check_params(instance_id: str, params) -> None:
     try:
-        encode(value, limit)
+        encode(params, workflow_settings.MAX_PARAMS_SIZE)
     except NotJournalable as exc:
-        if exc.too_large:
-            error_class = _TOO_LARGE[error_class]
-        raise error_class(f"{what} {exc}", too_large=exc.too_large) from None
+        refusal = ParamsTooLarge if exc.too_large else InvalidParams
+        raise refusal(f"The params of instance {instance_id!r} {exc}", too_large=exc.too_large) from None
 
 
 class WorkflowHandle:
@@ -116,8 +101,7 @@ class WorkflowHandle:
 
     def _new_instance(self, instance_id, params, retention=None) -> Instance:
         instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
-        _check_json(params, workflow_settings.MAX_PARAMS_SIZE, f"The params of instance {instance_id!r}",
-                    InvalidParams)
+        _check_params(instance_id, params)
         kept = parse_retention(retention)
         now = clock.now()
         return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
@@ -149,7 +133,7 @@ class WorkflowHandle:
                 "pick another id, or get() the existing one.",
                 workflow=self.name, instance_id=instance.instance_id,
             ) from None
-        handle = InstanceHandle(instance)
+        handle = InstanceHandle(instance, self.workflow_class)
         handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
         return handle
 
@@ -174,7 +158,8 @@ class WorkflowHandle:
         if len(set(ids)) != len(ids):
             raise InvalidParams("The batch repeats an instance id; each id may appear once.")
         rows, created = steering.insert_batch(self.name, instances)
-        handles = [InstanceHandle.from_row(self.name, instance_id, rows[instance_id]) for instance_id in ids]
+        handles = [InstanceHandle.from_row(self.name, instance_id, rows[instance_id], self.workflow_class)
+                   for instance_id in ids]
         for handle in handles:
             if handle.id in created:
                 handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
@@ -188,22 +173,27 @@ class WorkflowHandle:
             raise InstanceNotFound(
                 f"Workflow {self.name!r} has no instance with id {id!r}.", workflow=self.name, instance_id=id
             ) from None
-        return InstanceHandle.from_row(self.name, id, pk)
+        return InstanceHandle.from_row(self.name, id, pk, self.workflow_class)
 
 
 class InstanceHandle:
     """One instance: read its status and steer it. Every change goes through a conditional update,
     so two callers racing cannot both win, and a refused change leaves the instance as it was."""
 
-    def __init__(self, instance: Instance):
+    def __init__(self, instance: Instance, workflow_class: type | None = None):
         self.pk = instance.pk
         self.id = instance.instance_id
         self.workflow_name = instance.workflow_name
+        # The class the handle was found through, so that sending an event need not look it up again;
+        # None when the handle was built from a row (send_event looks it up, if it is still defined).
+        self.workflow_class = workflow_class
 
     @classmethod
-    def from_row(cls, workflow_name: str, instance_id: str, pk: int) -> InstanceHandle:
+    def from_row(cls, workflow_name: str, instance_id: str, pk: int,
+                 workflow_class: type | None = None) -> InstanceHandle:
         handle = cls.__new__(cls)
         handle.pk, handle.id, handle.workflow_name = pk, instance_id, workflow_name
+        handle.workflow_class = workflow_class
         return handle
 
     def __repr__(self) -> str:
@@ -300,79 +290,31 @@ class InstanceHandle:
         self._announce(signals.instance_restarted, lifecycle.INFO, "restarted from %s",
                        "the top" if from_key is None else f"step {from_key!r}", from_step=from_key)
 
-    def send_event(self, type: str, payload: Any = None, *, sender: str = "",  # noqa: A002
-                   delivery: str | None = None, idempotency_key: str | None = None) -> int:
+    def send_event(self, type: str, payload: Any = None, *, channel: str = declared_events.PYTHON,  # noqa: A002
+                   user=None, sender: str | None = None, delivery: str | None = None,
+                   idempotency_key: str | None = None) -> SentEvent:
         """Deliver an event: kept in the inbox, and the instance woken if it waits for this type.
-        Returns the stored event's id.
+        Returns the stored event's id (a ``SentEvent``: an ``int`` that also tells its ``sender`` and
+        whether it was ``repeated``).
+
+        ``channel`` (``"python"``, ``"api"``, ``"webhook"``, ``"admin"``, ``"cli"``) and ``user`` (a
+        Django user) say who sends it and how: the user needs the ``django_workflows.send_event``
+        permission, and the workflow's declared events decide which types that channel and user may
+        send (``EventRefused``). Python code that names no user is trusted: no permission or channel
+        applies. The event is recorded as sent by ``sender`` if given, else by ``"<channel>:<username>"``
+        when a user is named, else by no one (``""``).
 
         ``idempotency_key`` stores the event once per instance and key, for a sender that may send it
         again (a timeout, a provider's retry): a repeat of the same type and payload returns the first
         event's id and stores nothing; a repeat with another type or payload is ``IdempotencyKeyReused``.
         ``delivery`` identifies a signed webhook's delivery, stored at most once: a second event with
         the same one is refused with ``DuplicateDelivery`` and changes nothing.
+
+        The type, the sender and the payload are checked before anything is stored, in that order
+        (``django_workflows.sending``); a refusal stores nothing.
         """
-        validate_event_type(type)
-        _check_json(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE, f"The payload of event {type!r}",
-                    InvalidEvent)
-        declared_events.check_arrival(self.workflow_name, type, payload)
-        if idempotency_key is not None:
-            validate_idempotency_key(idempotency_key)
-            delivery = inbox.idempotent_delivery(self.pk, idempotency_key)
-            # A repeat is answered from the inbox before anything else, so that it gets the first
-            # answer even if that event has since finished the instance.
-            first = self._repeat_of(delivery, type, payload, idempotency_key)
-            if first is not None:
-                return first
-        try:
-            return self._store_event(type, payload, sender, delivery)
-        except IntegrityError:
-            # The unique delivery column decides, not a look beforehand: a concurrent twin of this
-            # request may have been stored in between.
-            if idempotency_key is not None:
-                first = self._repeat_of(delivery, type, payload, idempotency_key)
-                if first is not None:
-                    return first
-            if delivery is None or not inbox.delivery_seen(delivery):
-                raise
-            raise DuplicateDelivery(
-                f"This delivery of event {type!r} was already received; nothing was stored again.",
-                workflow=self.workflow_name, instance_id=self.id, delivery=delivery,
-            ) from None
-
-    def _repeat_of(self, delivery: str, type, payload, key: str) -> int | None:  # noqa: A002
-        stored = inbox.stored_delivery(delivery)
-        if stored is None:
-            return None
-        event_id, stored_type, stored_payload = stored
-        if stored_type != type or stored_payload != json.loads(json.dumps(payload)):
-            raise IdempotencyKeyReused(
-                f"Idempotency key {key!r} was used for another event (type {stored_type!r}) or another "
-                "payload on this instance; nothing was stored. Use a new key for a new event.",
-                workflow=self.workflow_name, instance_id=self.id, event_id=event_id,
-            )
-        return event_id
-
-    def _store_event(self, type, payload, sender, delivery) -> int:  # noqa: A002
-        limit = workflow_settings.MAX_PENDING_EVENTS
-        status, event_id = inbox.deliver(self.pk, type, payload, sender=sender, delivery=delivery, now=clock.now(),
-                                         pending_limit=limit)
-        if status == inbox.INBOX_FULL:
-            raise InboxFull(
-                f"Instance {self.workflow_name}/{self.id} holds {limit} events no wait has taken yet "
-                f"(MAX_PENDING_EVENTS); event {type!r} was not stored. Send it once the instance has "
-                "consumed some, or look at why it does not wait for what is sent to it.",
-                workflow=self.workflow_name, instance_id=self.id, limit=limit,
-            )
-        if status is None:
-            raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
-                                   workflow=self.workflow_name, instance_id=self.id)
-        if status in FINISHED_STATUSES:
-            raise InstanceFinished(
-                f"Cannot send event {type!r} to instance {self.workflow_name}/{self.id}: it is "
-                f"{status} and will not wait for events again.",
-                workflow=self.workflow_name, instance_id=self.id, status=status, action="send_event",
-            )
-        return event_id
+        return sending.send(self, type, payload, channel=channel, user=user, sender=sender, delivery=delivery,
+                            idempotency_key=idempotency_key)
 
 
 class Workflows:

@@ -10,7 +10,7 @@ from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from django_workflows import audit, declared_events
+from django_workflows import declared_events
 from django_workflows.errors import WorkflowError
 from django_workflows.instances import InstanceHandle
 from django_workflows.models import Instance
@@ -86,9 +86,9 @@ class InstanceAdminBase(admin.ModelAdmin):
 
     def _send(self, request, instance: Instance, event_type: str, payload, what: str) -> None:
         try:
-            declared_events.authorize(instance.workflow_name, event_type, declared_events.ADMIN, request.user)
+            # Recorded as sent by "admin:<username>".
             handle_for(instance).send_event(
-                type=event_type, payload=payload, sender=audit.user_sender("admin", request.user)
+                type=event_type, payload=payload, channel=declared_events.ADMIN, user=request.user
             )
         except WorkflowError as exc:
             self.message_user(request, f"Nothing was sent: {exc}", messages.ERROR)

@@ -27,7 +27,7 @@ from django_workflows.definition import registry
 from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.policy import MAX_VERSION
-from django_workflows.validation import validate_event_type, validate_instance_id
+from django_workflows.validation import validate_instance_id
 from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
@@ -270,8 +270,8 @@ class InstanceEventView(WorkflowAPIView):
     delivery: str | None = None
     channel = declared_events.API
 
-    def sender(self, request) -> str:
-        return audit.user_sender("api", request.user)
+    def sender(self, request) -> str | None:
+        return None  # the handle records the user: "api:<username>"
 
     def sending_user(self, request):
         return request.user
@@ -281,12 +281,12 @@ class InstanceEventView(WorkflowAPIView):
                    responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415, 429)})
     def post(self, request, name, instance_id, event_type):
         handle = self.instance(name, instance_id)
-        validate_event_type(event_type)
-        declared_events.authorize(name, event_type, self.channel, self.sending_user(request))
         payload = self.json_body(request, required=False)
-        event_id = handle.send_event(type=event_type, payload=payload, sender=self.sender(request),
-                                     delivery=self.delivery, idempotency_key=idempotency_key(request))
-        accepted = {"accepted": True, "event_id": event_id,
+        # The handle checks the type, the sender and the payload, and stores the event.
+        sent = handle.send_event(type=event_type, payload=payload, channel=self.channel,
+                                 user=self.sending_user(request), sender=self.sender(request),
+                                 delivery=self.delivery, idempotency_key=idempotency_key(request))
+        accepted = {"accepted": True, "event_id": sent.event_id,
                     "instance": instance_summary(self.instance_row(handle)), "type": event_type}
         return Response(s.EventAcceptedSerializer(accepted).data, status=http.HTTP_202_ACCEPTED)
 

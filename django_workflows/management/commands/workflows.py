@@ -9,7 +9,7 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import audit, cli, clock, declared_events, workflows
+from django_workflows import cli, clock, declared_events, workflows
 from django_workflows.describe import (
     as_numbers,
     describe_instance,
@@ -186,12 +186,12 @@ class Command(BaseCommand):
         handle = cli.find_handle(options["name"], options["instance_id"])
         event_type = options["event_type"]
         user = cli.find_user(options["user"]) if options["user"] else None
-        sender = audit.user_sender("cli", user) if user else cli.cli_sender()
-        declared_events.authorize(handle.workflow_name, event_type, declared_events.CLI, user)
-        handle.send_event(type=event_type, payload=options["payload"], sender=sender)
+        # Sent as "cli:<username>" with --user; without, as the account that runs the command.
+        sent = handle.send_event(type=event_type, payload=options["payload"], channel=declared_events.CLI,
+                                 user=user, sender=None if user else cli.cli_sender())
         summary = instance_summary(cli.instance_row(handle))
         text = f"Sent event {event_type!r} to {handle.workflow_name}/{handle.id}; it is {summary['status']}."
-        self.show({"accepted": True, "type": event_type, "sender": sender, "instance": summary}, text)
+        self.show({"accepted": True, "type": event_type, "sender": sent.sender, "instance": summary}, text)
 
     def instances_transition(self, options):
         action = options["action"]

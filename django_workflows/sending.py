@@ -1,0 +1,162 @@
+"""Sending an event to an instance: what ``InstanceHandle.send_event`` does, the one path that Python
+code, the API, a signed webhook, the admin and the command line each take once per event. In order,
+each refusal raised before anything is stored:
+
+1. the type is an event type (``InvalidEventType``);
+2. the sender may send it. Through any channel but Python, and from Python too when a user is named:
+   the user holds ``django_workflows.send_event``, and the workflow's declared events let this channel
+   and this user send this type (``EventRefused``). Python code that names no user is trusted;
+3. the payload is JSON within ``MAX_EVENT_PAYLOAD_SIZE`` (``InvalidEvent``, ``EventTooLarge``) and, for
+   a workflow that declares its events, of a declared type and matching its schema
+   (``InvalidEventType``, ``InvalidPayload``);
+4. an idempotency key is well formed (``InvalidIdempotencyKey``).
+
+Then the event is stored in the inbox, at most once per idempotency key or signed delivery, with who sent
+it for the audit trail (``Event.sender``), and its instance is woken if it waits for the type. The
+workflow's class, which holds the declaration, is looked up once for all of it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import IntegrityError
+
+from django_workflows import audit, clock, declared_events
+from django_workflows.conf import workflow_settings
+from django_workflows.errors import (
+    DuplicateDelivery,
+    EventPermissionRequired,
+    EventTooLarge,
+    IdempotencyKeyReused,
+    InboxFull,
+    InstanceFinished,
+    InstanceNotFound,
+    InvalidEvent,
+)
+from django_workflows.models import FINISHED_STATUSES
+from django_workflows.serialization import NotJournalable, encode
+from django_workflows.store import inbox
+from django_workflows.validation import validate_event_type, validate_idempotency_key
+
+SEND_EVENT_PERMISSION = "django_workflows.send_event"
+"""What a person needs to send any event, whatever the channel; a declared type may need more."""
+
+
+class SentEvent(int):
+    """What ``send_event`` returns: the stored event's id (an ``int``, as it always was), with what was
+    recorded of its sending: ``sender``, who it is recorded as sent by (``Event.sender``), and
+    ``repeated``, True when a repeat under an idempotency key was answered with the first event's id
+    and nothing was stored."""
+
+    sender: str
+    repeated: bool
+
+    def __new__(cls, event_id: int, sender: str = "", repeated: bool = False) -> SentEvent:
+        # Defaults, because pickle and copy make one again from the id alone, then restore the rest.
+        sent = super().__new__(cls, event_id)
+        sent.sender, sent.repeated = sender, repeated
+        return sent
+
+    @property
+    def event_id(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"SentEvent({int(self)}, sender={self.sender!r}, repeated={self.repeated})"
+
+
+def send(instance, type: str, payload: Any, *, channel: str, user, sender: str | None,  # noqa: A002
+         delivery: str | None, idempotency_key: str | None) -> SentEvent:
+    """Send the event to ``instance`` (an ``InstanceHandle``), as ``send_event`` documents."""
+    validate_event_type(type)
+    # The class the handle was found through, else looked up now (the admin's handles are built from a
+    # row): once, for the authorization and the arrival check both.
+    workflow_class = instance.workflow_class
+    rules = (declared_events.rules_of(instance.workflow_name) if workflow_class is None
+             else declared_events.rules_for(workflow_class))
+    if user is not None or channel != declared_events.PYTHON:
+        _authorize(rules, type, channel, user)
+    _check_payload(type, payload)
+    declared_events.check_arrival(rules, instance.workflow_name, type, payload)
+    if sender is None:
+        sender = "" if user is None else audit.user_sender(channel, user)
+    if idempotency_key is not None:
+        validate_idempotency_key(idempotency_key)
+        delivery = inbox.idempotent_delivery(instance.pk, idempotency_key)
+        # A repeat is answered from the inbox before anything else, so that it gets the first
+        # answer even if that event has since finished the instance.
+        first = _repeat_of(instance, delivery, type, payload, idempotency_key)
+        if first is not None:
+            return SentEvent(first, sender, repeated=True)
+    try:
+        return SentEvent(_store(instance, type, payload, sender, delivery), sender)
+    except IntegrityError:
+        # The unique delivery column decides, not a look beforehand: a concurrent twin of this
+        # request may have been stored in between.
+        if idempotency_key is not None:
+            first = _repeat_of(instance, delivery, type, payload, idempotency_key)
+            if first is not None:
+                return SentEvent(first, sender, repeated=True)
+        if delivery is None or not inbox.delivery_seen(delivery):
+            raise
+        raise DuplicateDelivery(
+            f"This delivery of event {type!r} was already received; nothing was stored again.",
+            workflow=instance.workflow_name, instance_id=instance.id, delivery=delivery,
+        ) from None
+
+
+def _authorize(rules, event_type: str, channel: str, user) -> None:
+    if user is not None and not user.has_perm(SEND_EVENT_PERMISSION):
+        raise EventPermissionRequired(
+            f"User {user.get_username() or 'anonymous'!r} lacks the permission {SEND_EVENT_PERMISSION}, which "
+            "sending any event needs.",
+            event_type=event_type, permission=SEND_EVENT_PERMISSION,
+        )
+    declared_events.authorize(rules, event_type, channel, user)
+
+
+def _check_payload(event_type: str, payload: Any) -> None:
+    try:
+        encode(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE)
+    except NotJournalable as exc:
+        refusal = EventTooLarge if exc.too_large else InvalidEvent
+        raise refusal(f"The payload of event {event_type!r} {exc}", too_large=exc.too_large) from None
+
+
+def _repeat_of(instance, delivery: str, type, payload, key: str) -> int | None:  # noqa: A002
+    stored = inbox.stored_delivery(delivery)
+    if stored is None:
+        return None
+    event_id, stored_type, stored_payload = stored
+    if stored_type != type or stored_payload != json.loads(json.dumps(payload)):
+        raise IdempotencyKeyReused(
+            f"Idempotency key {key!r} was used for another event (type {stored_type!r}) or another "
+            "payload on this instance; nothing was stored. Use a new key for a new event.",
+            workflow=instance.workflow_name, instance_id=instance.id, event_id=event_id,
+        )
+    return event_id
+
+
+def _store(instance, type, payload, sender: str, delivery: str | None) -> int:  # noqa: A002
+    limit = workflow_settings.MAX_PENDING_EVENTS
+    status, event_id = inbox.deliver(instance.pk, type, payload, sender=sender, delivery=delivery,
+                                     now=clock.now(), pending_limit=limit)
+    name = f"{instance.workflow_name}/{instance.id}"
+    if status == inbox.INBOX_FULL:
+        raise InboxFull(
+            f"Instance {name} holds {limit} events no wait has taken yet (MAX_PENDING_EVENTS); event {type!r} "
+            "was not stored. Send it once the instance has consumed some, or look at why it does not wait "
+            "for what is sent to it.",
+            workflow=instance.workflow_name, instance_id=instance.id, limit=limit,
+        )
+    if status is None:
+        raise InstanceNotFound(f"Instance {name} no longer exists.",
+                               workflow=instance.workflow_name, instance_id=instance.id)
+    if status in FINISHED_STATUSES:
+        raise InstanceFinished(
+            f"Cannot send event {type!r} to instance {name}: it is {status} and will not wait for events again.",
+            workflow=instance.workflow_name, instance_id=instance.id, status=status, action="send_event",
+        )
+    return event_id

@@ -29,7 +29,10 @@ attempt, and the attempt's connections end with it:
 - It can arrive only between ``watch()`` and ``unwatch()``: ``unwatch`` withdraws
   an interruption fired but not yet raised, under the watchdog's lock, and the
   engine makes no database call in between (a step called from inside a step's
-  body errors the instance instead of writing the journal).
+  body errors the instance instead of writing the journal). Ending a watch is
+  itself Python code that the interruption can land in, on its way in or halfway
+  through: ``call_with_timeout`` marks the watch done before the first point
+  where it could, and ends it again if it lands there (see ``call_with_timeout``).
 - An attempt whose watch fired is a timeout, whatever it raised or returned
   afterwards: Django's ``Atomic.__exit__`` failing on the broken connection, or a
   bare ``except:`` that swallowed the interruption.
@@ -82,11 +85,14 @@ RAISE_LOST_AGAIN_AFTER = 0.01
 
 
 class _Watch:
+    """One attempt's watch, in the thread that runs it. ``done``: the attempt has ended and must not be
+    interrupted any more; ``fired``: it was interrupted at least once."""
+
     __slots__ = ("deadline", "thread_id", "done", "fired")
 
-    def __init__(self, deadline: float, thread_id: int):
-        self.deadline = deadline
-        self.thread_id = thread_id
+    def __init__(self):
+        self.deadline = math.inf  # until watched
+        self.thread_id = threading.get_ident()
         self.done = False
         self.fired = False
 
@@ -116,10 +122,14 @@ class Watchdog:
             self._thread = threading.Thread(target=self._loop, name="django-workflows-watchdog", daemon=True)
             self._thread.start()
 
-    def watch(self, seconds: float) -> _Watch:
+    def watch(self, seconds: float, entry: _Watch | None = None) -> _Watch:
+        """Interrupt this thread in ``seconds`` unless ``unwatch`` comes first. ``entry`` is a watch made
+        beforehand, by a caller that must hold it before it can fire (``call_with_timeout``)."""
         if not getattr(sys.unraisablehook, "raises_lost_interruptions_again", False):
             sys.unraisablehook = _raising_lost_interruptions_again(sys.unraisablehook)
-        entry = _Watch(time.monotonic() + seconds, threading.get_ident())
+        if entry is None:
+            entry = _Watch()
+        entry.deadline = time.monotonic() + seconds
         with self._lock:
             self._ensure_thread()
             heapq.heappush(self._heap, (entry.deadline, next(self._counter), entry))
@@ -129,13 +139,20 @@ class Watchdog:
         return entry
 
     def unwatch(self, entry: _Watch) -> None:
+        """End a watch: it fires no more, and an interruption fired but not yet raised is withdrawn.
+
+        The interruption can land in here, before the lock is taken or in the call that withdraws it:
+        this then raises it unfinished, and calling it again finishes. ``call_with_timeout`` does, having
+        marked the watch done beforehand, so that nothing can interrupt the second call."""
         with self._lock:
             entry.done = True
             if entry.fired:
-                # The interruption may still be pending in this thread: withdraw it.
-                _set_async_exc(entry.thread_id, None)
+                # Forgotten before the withdrawal, which is a call, and a place the interruption can
+                # still land in: a second unwatch then finds nothing left to do but the withdrawal.
                 if self._fired.get(entry.thread_id) is entry:
                     del self._fired[entry.thread_id]
+                # The interruption may still be pending in this thread: withdraw it.
+                _set_async_exc(entry.thread_id, None)
                 return
             self._finished += 1
             if self._finished > 64 and self._finished * 2 > len(self._heap):
@@ -219,12 +236,30 @@ def call_with_timeout(fn, seconds: float, journal: BaseDatabaseWrapper | None = 
     if callers is None:
         callers = callers_transactions(journal)
     started = time.monotonic()
-    entry = watchdog.watch(seconds)
+    # The interruption is raised at one of the interpreter's checks for a pending exception: as a
+    # function starts, after a call returns, at a loop's jump back. watch() passes some after its
+    # lock is let go, so the watch is armed inside the try: wherever it lands, the finally ends it.
+    entry = _Watch()
     try:
         try:
+            watchdog.watch(seconds, entry)
             result = fn()
         finally:
-            watchdog.unwatch(entry)
+            # First, before any call: from the body's end (its return, its exception, or the
+            # interruption landing in it or as it returns) to this store there is no check, so the
+            # store is always made, and the watchdog, which looks at ``done`` under its lock before
+            # firing, fires no more. An interruption it fired just before can still land at the checks
+            # in unwatch(), as unwatch starts (before the lock is taken) or halfway through: unwatch
+            # then raises it unfinished, and unwatching again finishes; nothing can interrupt that one,
+            # with the watch done and its one pending interruption spent. Left unfinished, the watch
+            # would stay armed and interrupt this thread every INTERRUPT_AGAIN_AFTER seconds, in
+            # whatever it did next: the journal's INSERT, the next replay.
+            entry.done = True
+            try:
+                watchdog.unwatch(entry)
+            except AttemptTimedOut:
+                watchdog.unwatch(entry)
+                raise  # the attempt timed out: its watch had fired
     except BaseException as exc:
         if not entry.fired:
             raise

@@ -1,5 +1,7 @@
-"""The attempt watchdog: deadlines fire, and finished attempts neither pile up nor wake its thread."""
+"""The attempt watchdog: deadlines fire, finished attempts neither pile up nor wake its thread, and an
+attempt that ends as its deadline fires leaves no watch armed."""
 
+import random
 import sys
 import threading
 import time
@@ -10,6 +12,7 @@ import pytest
 from django_workflows import timeouts
 from django_workflows.control_flow import AttemptTimedOut
 from django_workflows.timeouts import Watchdog, call_with_timeout, watchdog
+from tests.interruptions import disarmed_on_exit, held_at, interruptions_within, watches_left_armed
 
 
 def test_an_attempt_past_its_deadline_is_interrupted():
@@ -126,3 +129,76 @@ def test_watching_with_the_usual_timeout_does_not_wake_the_thread(monkeypatch):
         time.sleep(0.002)  # time for the thread to run between attempts, as between steps
     # Only the first watch woke it: it then sleeps until that deadline, later ones are no earlier.
     assert len(notified) == 1
+
+
+def test_200_attempts_ending_within_a_millisecond_of_their_timeout_leave_no_watch_armed():
+    """Each body ends within a millisecond either side of its 5 ms timeout, its last millisecond spent
+    in one C call with no check for an interruption in it (a scan of a list here; a driver's call or a
+    big computation in a real step). When the watchdog wakes during that call, its interruption lands
+    at the first check after it: where the attempt's watch is being ended. Whether the attempt then
+    counts as timed out depends on which side of its deadline it ended; either way its watch must end,
+    or it interrupts the thread again every second in whatever it does next."""
+    haystack = list(range(100_000))
+    per_item = min(_time(lambda: -1 in haystack) for _ in range(5)) / len(haystack)
+    haystack = list(range(int(0.001 / per_item)))  # scanned in about a millisecond
+    timeout = 0.005
+    outcomes = {"returned": 0, "timed out": 0}
+
+    def ending_at(moment):
+        def body():
+            while time.monotonic() < moment - 0.001:
+                pass
+            return -1 in haystack
+
+        return body
+
+    with disarmed_on_exit():
+        for _ in range(200):
+            ends_at = time.monotonic() + timeout + random.uniform(-0.001, 0.001)
+            try:
+                call_with_timeout(ending_at(ends_at), timeout)
+                outcomes["returned"] += 1
+            except AttemptTimedOut:
+                outcomes["timed out"] += 1
+        left = watches_left_armed()
+        interruptions = interruptions_within(1.5)
+
+    assert left == []
+    assert interruptions == 0
+    # Both sides of the deadline were tried (about half each).
+    assert outcomes["returned"] and outcomes["timed out"], outcomes
+
+
+def test_an_attempt_held_as_its_watch_is_ended_while_its_deadline_passes_is_timed_out_once():
+    """The body returned before its deadline, and the thread let the GIL go as it went to end the
+    watch (at the check as unwatch starts, where the scheduler may make it let go), until past the
+    deadline. The attempt ran too long: it is a timeout. Its watch ends with it, interrupting nothing
+    after it."""
+    with disarmed_on_exit():
+        with held_at("unwatch", "start", seconds=0.3):
+            with pytest.raises(AttemptTimedOut):
+                call_with_timeout(lambda: "done", 0.05)
+        left = watches_left_armed()
+        interruptions = interruptions_within(1.5)
+    assert left == []
+    assert interruptions == 0
+
+
+def test_an_interruption_landing_as_the_watch_is_armed_times_the_attempt_out_once():
+    """The deadline passes before the body begins, and the interruption lands as the watch has just
+    been armed. The attempt is a timeout, and its watch ends with it."""
+    with disarmed_on_exit():
+        with held_at("watch", "return", seconds=5) as landed:
+            with pytest.raises(AttemptTimedOut):
+                call_with_timeout(lambda: "done", 0.05)
+        left = watches_left_armed()
+        interruptions = interruptions_within(1.5)
+    assert landed, "the interruption did not land where the thread was held"
+    assert left == []
+    assert interruptions == 0
+
+
+def _time(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started

@@ -219,8 +219,8 @@ def _schedule_fields(schedules: list[dict]) -> list[tuple[str, str]]:
 
 def format_workflow(description: dict) -> str:
     limit = description["step_limit"]
-    if limit is None:
-        limit = f"{workflow_settings.STEP_LIMIT} (the STEP_LIMIT setting)"
+    if description["step_limit_from_setting"]:
+        limit = f"{limit} (the STEP_LIMIT setting)"
     cpu_limit = description["cpu_time_limit_ms"]
     if cpu_limit is None:
         setting = parse_cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")

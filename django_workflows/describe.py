@@ -62,13 +62,19 @@ def status_totals(workflow_name: str | None = None) -> dict[str, counts.Count]:
 
 
 def describe_workflow(name: str) -> dict:
+    """The workflow's options as its replays apply them, and its instances by status.
+
+    ``step_limit`` is the limit its replays enforce (the class's, else the ``STEP_LIMIT`` setting;
+    ``step_limit_from_setting`` says which); ``cpu_time_limit_ms`` is the class's own (None: the
+    ``CPU_TIME_LIMIT`` setting, or one that check E019 refuses)."""
     cls = registry.get(name)
     options = WorkflowOptions.of(cls)
     return {
         "name": name,
         "class_name": f"{cls.__module__}.{cls.__qualname__}",
         "description": (cls.__doc__ or "").strip(),
-        "step_limit": cls.step_limit,
+        "step_limit": options.step_limit,
+        "step_limit_from_setting": options.own_step_limit is None,
         "cpu_time_limit_ms": (None if options.own_cpu_time_limit is None
                               else options.own_cpu_time_limit / timedelta(milliseconds=1)),
         "instances": status_counts(name)[name],

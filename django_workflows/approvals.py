@@ -8,15 +8,19 @@ from django.db.models import F, OuterRef, Subquery
 
 from django_workflows import declared_events
 from django_workflows.definition import registry
-from django_workflows.errors import EventRefused
+from django_workflows.errors import EventRefused, WorkflowNotFound
 from django_workflows.models import Instance, InstanceStatus, Step
+from django_workflows.options import WorkflowOptions
 
 
-def approvals_of(workflow_name: str) -> frozenset[str]:
-    """The event types a person sends for a workflow by approving or rejecting: those its ``events``
-    declare ``approval``, and those its ``approvals`` names. None for a workflow no longer defined:
-    nothing says which of its waits are for a person."""
-    return declared_events.approval_types(workflow_name)
+def _approval_types(workflow_name: str) -> frozenset[str]:
+    """The event types a person sends for a workflow by approving or rejecting
+    (``WorkflowOptions.approval_types``). For a workflow no longer defined, nothing says which of
+    its waits are for a person: empty."""
+    try:
+        return WorkflowOptions.of(registry.get(workflow_name)).approval_types
+    except WorkflowNotFound:
+        return frozenset()
 
 
 def approval_awaited(instance: Instance) -> str | None:
@@ -24,7 +28,7 @@ def approval_awaited(instance: Instance) -> str | None:
     workflow declares in ``approvals``. None when it waits for no such event (a webhook, a timer)."""
     if instance.status != InstanceStatus.WAITING or not instance.waiting_for:
         return None
-    declared = approvals_of(instance.workflow_name)
+    declared = _approval_types(instance.workflow_name)
     return next((event_type for event_type in instance.waiting_for if event_type in declared), None)
 
 
@@ -47,7 +51,7 @@ def awaiting_approval():
         "started_at"
     )[:1]
     return (
-        Instance.objects.waiting_for_any({name: approvals_of(name) for name in registry.names()})
+        Instance.objects.waiting_for_any({name: _approval_types(name) for name in registry.names()})
         .annotate(waiting_since=Subquery(wait_began))
         .order_by(F("waiting_since").asc(nulls_last=True), "created_at", "id")
     )

@@ -7,12 +7,17 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError, router
 from django.db.models import Count
 
-from django_workflows import declared_events, limits, schedules
 from django_workflows.conf import DEFAULTS, HARD_STEP_LIMIT, workflow_settings
 from django_workflows.definition import WorkflowEntrypoint, is_async_generator, registry
-from django_workflows.errors import MissingExtra, WorkflowConfigError
-from django_workflows.policy import cpu_time_limit, validate_config, version_text
-from django_workflows.validation import is_event_type, is_workflow_name
+from django_workflows.errors import WorkflowConfigError
+from django_workflows.options import (
+    WorkflowOptions,
+    cpu_time_limit_error,
+    parse_cpu_time_limit,
+    parse_version,
+    version_error,
+)
+from django_workflows.policy import validate_config
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS",
                  "LEASE_SECONDS", "POISON_LIMIT", "WAKE_BATCH", "REPLAY_BATCH", "REPLAY_THREADS", "RETENTION_BATCH",
@@ -120,31 +125,15 @@ def check_settings(app_configs=None, **kwargs):
             id="django_workflows.E005",
         ))
     try:
-        cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
+        parse_cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
     except WorkflowConfigError as exc:
-        messages.append(_cpu_time_limit_error(exc, f"the default is {DEFAULTS['CPU_TIME_LIMIT']!r}"))
+        messages.append(cpu_time_limit_error(exc, f"the default is {DEFAULTS['CPU_TIME_LIMIT']!r}"))
     if workflow_settings.VERSION is not None:
         try:
-            version_text(workflow_settings.VERSION, "DJANGO_WORKFLOWS['VERSION']")
+            parse_version(workflow_settings.VERSION, "DJANGO_WORKFLOWS['VERSION']")
         except WorkflowConfigError as exc:
-            messages.append(_version_error(exc, "None records no version"))
+            messages.append(version_error(exc, "None records no version"))
     return messages
-
-
-def _version_error(exc: WorkflowConfigError, hint: str) -> Error:
-    return Error(
-        f"{exc}. Creating an instance raises this error.",
-        hint=f"Give a release name or number, such as '2025.06.1' or 3; {hint}.",
-        id="django_workflows.E020",
-    )
-
-
-def _cpu_time_limit_error(exc: WorkflowConfigError, hint: str) -> Error:
-    return Error(
-        f"{exc}. A replay that uses more CPU time than this errors its instance.",
-        hint=f"Give milliseconds (30000) or a duration ('30 seconds'), at most '5 minutes'; {hint}.",
-        id="django_workflows.E019",
-    )
 
 
 @register(Tags.compatibility)
@@ -165,30 +154,10 @@ def check_workflows(app_configs=None, **kwargs):
             id="django_workflows.W009",
         ))
     for cls in registry.all():
-        where = f"{cls.__module__}.{cls.__qualname__}"
-        if cls.step_limit is not None and (not _positive_int(cls.step_limit) or cls.step_limit > HARD_STEP_LIMIT):
-            messages.append(Error(
-                f"{where}.step_limit must be a whole number from 1 to {HARD_STEP_LIMIT}, got {cls.step_limit!r}.",
-                hint="Lower it, or split the work across several instances.",
-                id="django_workflows.E018",
-            ))
-        if getattr(cls, "cpu_time_limit", None) is not None:
-            try:
-                cpu_time_limit(cls.cpu_time_limit, f"{where}.cpu_time_limit")
-            except WorkflowConfigError as exc:
-                messages.append(_cpu_time_limit_error(exc, "leave it out for the CPU_TIME_LIMIT setting"))
-        if getattr(cls, "version", None) is not None:
-            try:
-                version_text(cls.version, f"{where}.version")
-            except WorkflowConfigError as exc:
-                messages.append(_version_error(exc, "leave it out for the VERSION setting"))
-        if not isinstance(cls.name, str) or not is_workflow_name(cls.name):
-            messages.append(Error(
-                f"{where}.name must be 1 to 64 letters, digits, '_' or '-', not starting with '-' (it is part "
-                f"of the API's URLs and of every instance), got {cls.name!r}.",
-                hint="Set name = 'my-workflow' on the class, or leave it out to use the class name in kebab-case.",
-                id="django_workflows.E007",
-            ))
+        # What is wrong with the class's attributes is found where they are read, once, for every reader.
+        options = WorkflowOptions.of(cls)
+        messages.extend(options.problems)
+        where = options.where
         if is_async_generator(cls):
             messages.append(Error(
                 f"{where}.run is an async generator (it yields): a replay needs run() to return the "
@@ -196,27 +165,8 @@ def check_workflows(app_configs=None, **kwargs):
                 hint="Write `async def run(self, event, step)` (or `def run`) that returns its output.",
                 id="django_workflows.E012",
             ))
-        approvals = cls.approvals
-        types = [approvals] if isinstance(approvals, str) else approvals
-        if not isinstance(types, (list, tuple, set, frozenset)) or not all(is_event_type(t) for t in types):
-            messages.append(Error(
-                f"{where}.approvals must name event types (letters, digits, '-' and '_'), got {approvals!r}.",
-                hint="Name the event types staff approve or reject in the admin, e.g. "
-                     "approvals = {'manager-approval'}.",
-                id="django_workflows.E010",
-            ))
-        problems = declared_events.declaration_problems(cls)
-        for problem in problems:
-            messages.append(Error(
-                f"{where}.events: {problem}.",
-                hint="events = {'manager-approval': {'permission': 'app.codename', 'approval': True, "
-                     "'schema': {...}}, 'provider-webhook': {'webhook': True}}; see docs/guide/events.md.",
-                id="django_workflows.E013",
-            ))
-        if isinstance(getattr(cls, "events", None), dict) and not problems:
-            messages.extend(_undeclared_waits(cls, where))
-        messages.extend(_schedule_problems(cls, where))
-        messages.extend(_limit_problems(cls, where))
+        if options.events_declared_rightly:
+            messages.extend(_undeclared_waits(cls, options))
         if cls.run is WorkflowEntrypoint.run:
             messages.append(Error(
                 f"{where} does not define run(self, event, step).",
@@ -282,78 +232,18 @@ def sqlite_messages(alias: str, database: dict):
     )]
 
 
-def _schedule_problems(cls, where: str) -> list[Error]:
-    """The class's cron schedules: croniter installed (E024), each expression (E021), the time zone
-    (E022) and the catch-up policy (E023). A schedule the check refuses is not run by the worker."""
-    if not schedules.declared_expressions(cls):
-        return []
-    try:
-        schedules.require_croniter(f"{where}.schedules")
-    except MissingExtra as exc:
-        return [Error(f"{exc} Until it is, no worker creates this workflow's scheduled instances.",
-                      hint="Install the [cron] extra, or remove the schedules.", id="django_workflows.E024")]
-    messages = []
-    for attribute, problem in schedules.problems(cls):
-        if attribute == "schedules":
-            messages.append(Error(
-                f"{where}.schedules: {problem}. No worker creates its scheduled instances until it is fixed.",
-                hint="Write 5 fields (minute hour day month weekday), 6 with seconds first, or an alias such "
-                     "as '@daily', e.g. schedules = ['0 9 * * mon-fri'].",
-                id="django_workflows.E021",
-            ))
-        elif attribute == "schedule_timezone":
-            messages.append(Error(
-                f"{where}.schedule_timezone: {problem}. No worker creates its scheduled instances until it is "
-                "fixed.",
-                hint="Give an IANA name such as 'Europe/Paris', or leave it out for 'UTC'.",
-                id="django_workflows.E022",
-            ))
-        else:
-            messages.append(Error(
-                f"{where}.schedule_catch_up: {problem}. No worker creates its scheduled instances until it is "
-                "fixed.",
-                hint="'latest' (the default) runs the most recent missed slot, 'all' every missed slot (at most "
-                     f"{schedules.MAX_CATCH_UP}), 'none' none.",
-                id="django_workflows.E023",
-            ))
-    return messages
-
-
-def _limit_problems(cls, where: str) -> list[Error]:
-    """The class's ``concurrency`` (E026) and ``rate_limit`` (E027). A value refused here is not applied."""
-    messages = []
-    try:
-        limits.parse_concurrency(getattr(cls, "concurrency", None), f"{where}.concurrency")
-    except WorkflowConfigError as exc:
-        messages.append(Error(
-            f"{exc}. Until it is fixed, no concurrency limit applies to its instances.",
-            hint="concurrency = 10 runs at most 10 instances of the workflow at once, across every worker.",
-            id="django_workflows.E026",
-        ))
-    try:
-        limits.parse_rate_limit(getattr(cls, "rate_limit", None), f"{where}.rate_limit")
-    except WorkflowConfigError as exc:
-        messages.append(Error(
-            f"{exc}. Until it is fixed, no rate limit applies to its instances.",
-            hint="rate_limit = '100/minute' starts at most 100 instances in any minute ('/second' and "
-                 "'/hour' too).",
-            id="django_workflows.E027",
-        ))
-    return messages
-
-
-def _undeclared_waits(cls, where: str) -> list[Error]:
+def _undeclared_waits(cls, options: WorkflowOptions) -> list[Error]:
     """``step.wait_for_event`` calls whose literal types the class's ``events`` does not declare: they
     would wait out their timeout, since no sender may send those types."""
     from django_workflows.outline import parse_workflow_class
 
     messages = []
     for step in parse_workflow_class(cls).steps():
-        undeclared = [t for t in step.event_types or () if t not in cls.events]
+        undeclared = [t for t in step.event_types or () if t not in options.events]
         if undeclared:
             messages.append(Error(
-                f"{where}.run waits for {', '.join(map(repr, undeclared))} (step {step.label!r}, line "
-                f"{step.lineno}), which its events do not declare: no one could send it.",
+                f"{options.where}.run waits for {', '.join(map(repr, undeclared))} (step {step.label!r}, "
+                f"line {step.lineno}), which its events do not declare: no one could send it.",
                 hint="Declare the type in events, or wait for a declared one.",
                 id="django_workflows.E014",
             ))

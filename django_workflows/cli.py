@@ -18,7 +18,7 @@ from django_workflows.drawing.time_axis import human_milliseconds
 from django_workflows.durations import format_duration, milliseconds
 from django_workflows.errors import InstanceNotFound
 from django_workflows.models import Instance
-from django_workflows.policy import cpu_time_limit
+from django_workflows.options import parse_cpu_time_limit
 from django_workflows.validation import validate_instance_id
 
 LATEST = "latest"
@@ -216,11 +216,11 @@ def _schedule_fields(schedules: list[dict]) -> list[tuple[str, str]]:
 
 def format_workflow(description: dict) -> str:
     limit = description["step_limit"]
-    if limit is None:
-        limit = f"{workflow_settings.STEP_LIMIT} (the STEP_LIMIT setting)"
+    if description["step_limit_from_setting"]:
+        limit = f"{limit} (the STEP_LIMIT setting)"
     cpu_limit = description["cpu_time_limit_ms"]
     if cpu_limit is None:
-        setting = cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
+        setting = parse_cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
         cpu_limit = (f"{human_milliseconds(setting.total_seconds() * 1000)} per replay "
                      "(the CPU_TIME_LIMIT setting)")
     else:

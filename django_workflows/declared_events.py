@@ -25,14 +25,16 @@ declared and the payload must match, but no permission or channel applies, unles
 sends for (``send_event(..., user=...)``). ``django_workflows.sending`` applies these rules, for every
 channel.
 A workflow without ``events`` keeps the open behaviour: any valid type, from anyone with ``send_event``.
+
+A class's declaration is read once (``WorkflowOptions.events``, through ``event_rules``); this module
+applies it to each event sent.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
+from django_workflows.definition import registry
 from django_workflows.errors import (
     EventPermissionRequired,
     InvalidEventType,
@@ -41,128 +43,27 @@ from django_workflows.errors import (
     WebhookOnly,
     WorkflowNotFound,
 )
-from django_workflows.validation import MAX_EVENT_TYPE, is_event_type
+from django_workflows.event_rules import EventRule
+from django_workflows.options import WorkflowOptions
 
 # The channels an event arrives through: Python code calling send_event, and the surfaces.
 PYTHON, API, WEBHOOK, ADMIN, CLI = "python", "api", "webhook", "admin", "cli"
 PEOPLE = {PYTHON: "send_event on a user's behalf", API: "the API", ADMIN: "the admin", CLI: "the command line"}
 
-KEYS = frozenset({"permission", "schema", "approval", "webhook"})
-
-
-@dataclass(frozen=True)
-class EventRule:
-    type: str
-    permission: str | None = None
-    schema: dict | None = None
-    approval: bool = False
-    webhook: bool = False
-    # The schema's validator, compiled once with the rules.
-    validator: Any = field(default=None, compare=False, repr=False)
-
-
-def declaration_problems(cls) -> list[str]:
-    """What is wrong with ``cls.events``, for the system check; empty when it is right or absent."""
-    declared = getattr(cls, "events", None)
-    if declared is None:
-        return []
-    if not isinstance(declared, dict):
-        return [f"events must be a dict of event type to its rules, got {type(declared).__name__}"]
-    problems = []
-    for event_type, rules in declared.items():
-        if not is_event_type(event_type):
-            problems.append(f"{event_type!r} is not an event type (1 to {MAX_EVENT_TYPE} letters, digits, "
-                            "'-' and '_', not starting with '-')")
-            continue
-        if not isinstance(rules, dict):
-            problems.append(f"the rules of {event_type!r} must be a dict ({{}} for none), got {rules!r}")
-            continue
-        unknown = sorted(set(map(str, rules)) - KEYS)
-        if unknown:
-            problems.append(f"{event_type!r} has unknown rules {unknown}; the rules are {sorted(KEYS)}")
-        permission = rules.get("permission")
-        if permission is not None and (not isinstance(permission, str) or permission.count(".") != 1):
-            problems.append(f"the permission of {event_type!r} must be 'app_label.codename', got {permission!r}")
-        for flag in ("approval", "webhook"):
-            if not isinstance(rules.get(flag, False), bool):
-                problems.append(f"the {flag} rule of {event_type!r} must be True or False")
-        if rules.get("approval") and rules.get("webhook"):
-            problems.append(f"{event_type!r} cannot be both an approval (sent by a person in the admin) and "
-                            "webhook-only (sent only signed, by a provider)")
-        if rules.get("webhook") and permission is not None:
-            problems.append(f"{event_type!r} is webhook-only: a signed delivery has no user to hold "
-                            f"{permission!r}; drop one of the two rules")
-        if "schema" in rules:
-            problems.extend(_schema_problems(event_type, rules["schema"]))
-    approvals = cls.approvals
-    for event_type in [approvals] if isinstance(approvals, str) else approvals:
-        if event_type not in declared:
-            problems.append(f"approvals names {event_type!r}, which events does not declare; declare it "
-                            "with 'approval': True")
-    return problems
-
-
-def _schema_problems(event_type: str, schema) -> list[str]:
-    from jsonschema import SchemaError, validators
-
-    if not isinstance(schema, (dict, bool)):
-        return [f"the schema of {event_type!r} must be a JSON Schema (a dict), got {schema!r}"]
-    try:
-        validators.validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        return [f"the schema of {event_type!r} is not a valid JSON Schema: {exc.message}"]
-    return []
-
-
-@cache
-def rules_for(cls) -> dict[str, EventRule] | None:
-    """A workflow class's declared events by type; None if it declares none.
-
-    Keyed by the class: a re-imported module defines a new one. Read only after the check passed, so
-    anything it would have reported is skipped here rather than raised at a sender."""
-    declared = getattr(cls, "events", None)
-    if not isinstance(declared, dict):
-        return None
-    rules = {}
-    for event_type, given in declared.items():
-        if isinstance(event_type, str) and isinstance(given, dict):
-            schema = given.get("schema")
-            rules[event_type] = EventRule(event_type, permission=given.get("permission"), schema=schema,
-                                          approval=given.get("approval") is True,
-                                          webhook=given.get("webhook") is True,
-                                          validator=_validator(schema) if schema is not None else None)
-    return rules
-
 
 def rules_of(workflow_name: str) -> dict[str, EventRule] | None:
     """The workflow's declared events by type; None if it declares none (or is not registered here)."""
-    from django_workflows.definition import registry
-
     try:
-        return rules_for(registry.get(workflow_name))
+        return WorkflowOptions.of(registry.get(workflow_name)).events
     except WorkflowNotFound:
         return None
-
-
-def approval_types(workflow_name: str) -> frozenset[str]:
-    """The types the admin's Approve and Reject buttons may send: those declared ``approval``, and
-    those named by the class's ``approvals``."""
-    from django_workflows.definition import registry
-
-    try:
-        cls = registry.get(workflow_name)
-    except WorkflowNotFound:
-        return frozenset()
-    named = cls.approvals
-    types = set([named] if isinstance(named, str) else named)
-    types.update(rule.type for rule in (rules_for(cls) or {}).values() if rule.approval)
-    return frozenset(types)
 
 
 def check_arrival(rules: dict[str, EventRule] | None, workflow_name: str, event_type: str,
                   payload: Any) -> EventRule | None:
     """Refuse an undeclared type or a payload its schema rejects (``InvalidEvent``); every channel.
-    ``rules`` are the workflow's (``rules_for``), read once by the caller for every check it makes."""
+    ``rules`` are the workflow's (``WorkflowOptions.events``), read once by the caller for every check it
+    makes."""
     if rules is None:
         return None
     rule = rules.get(event_type)
@@ -190,12 +91,6 @@ def _first_schema_error(rule: EventRule, payload) -> tuple[str, str] | None:
         return None
     path = "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.path)
     return path, error.message[:500]
-
-
-def _validator(schema):
-    from jsonschema import validators
-
-    return validators.validator_for(schema)(schema)
 
 
 def authorize(rules: dict[str, EventRule] | None, event_type: str, channel: str, user=None) -> None:

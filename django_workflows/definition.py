@@ -116,6 +116,10 @@ def is_async_generator(cls) -> bool:
     return inspect.isasyncgenfunction(getattr(cls, "run", None))
 
 
+OPTIONS_ATTRIBUTE = "_workflow_options"
+"""Where ``WorkflowOptions.of`` keeps a class's options, read once (``django_workflows.options``)."""
+
+
 class Registry:
     """Every defined workflow class, by name, with duplicates kept for the system check."""
 
@@ -128,6 +132,10 @@ class Registry:
         # Keyed by where the class was defined, so re-importing a module
         # replaces its classes instead of reporting them as duplicates.
         self._by_origin[(cls.__module__, cls.__qualname__)] = cls
+        # Registering a class again reads its options again: whoever changed an attribute since they
+        # were read re-registers it to have the change seen.
+        if OPTIONS_ATTRIBUTE in cls.__dict__:
+            delattr(cls, OPTIONS_ATTRIBUTE)
 
     def unregister(self, cls: type[WorkflowEntrypoint]) -> None:
         self._by_origin.pop((cls.__module__, cls.__qualname__), None)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django_workflows import clock, counts, declared_events, limits, signals
+from django_workflows import clock, counts, signals
 from django_workflows.definition import registry
-from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
-from django_workflows.policy import cpu_time_limit_of
+from django_workflows.options import WorkflowOptions
 from django_workflows.store import leases, listing
 
 
@@ -63,15 +62,23 @@ def status_totals(workflow_name: str | None = None) -> dict[str, counts.Count]:
 
 
 def describe_workflow(name: str) -> dict:
+    """The workflow's options as its replays apply them, and its instances by status.
+
+    ``step_limit`` is the limit its replays enforce (the class's, else the ``STEP_LIMIT`` setting;
+    ``step_limit_from_setting`` says which); ``cpu_time_limit_ms`` is the class's own (None: the
+    ``CPU_TIME_LIMIT`` setting, or one that check E019 refuses)."""
     cls = registry.get(name)
+    options = WorkflowOptions.of(cls)
     return {
         "name": name,
         "class_name": f"{cls.__module__}.{cls.__qualname__}",
         "description": (cls.__doc__ or "").strip(),
-        "step_limit": cls.step_limit,
-        "cpu_time_limit_ms": _own_cpu_time_limit(cls),
+        "step_limit": options.step_limit,
+        "step_limit_from_setting": options.own_step_limit is None,
+        "cpu_time_limit_ms": (None if options.own_cpu_time_limit is None
+                              else options.own_cpu_time_limit / timedelta(milliseconds=1)),
         "instances": status_counts(name)[name],
-        "events": _declared_events(name),
+        "events": _declared_events(options),
         "limits": describe_limits(cls),
         "schedules": _schedules(name),
     }
@@ -80,17 +87,16 @@ def describe_workflow(name: str) -> dict:
 def _schedules(name: str) -> list[dict]:
     """The workflow's cron schedules as ``workflows schedules`` lists them, with their next three slots.
     Without croniter they are listed all the same, each with the error that says what to install."""
-    from django_workflows import schedules
     from django_workflows.errors import MissingExtra
 
     try:
         described = describe_schedules(clock.now(), 3, name)
     except MissingExtra as exc:
-        cls = registry.get(name)
-        described = [{"cron": expression, "timezone": schedules.timezone_of(cls),
-                      "catch_up": schedules.catch_up_of(cls), "id_prefix": None, "next": [],
+        options = WorkflowOptions.of(registry.get(name))
+        described = [{"cron": expression, "timezone": options.schedule_timezone,
+                      "catch_up": options.schedule_catch_up, "id_prefix": None, "next": [],
                       "stored_next_slot": None, "last_slot": None, "error": str(exc)}
-                     for expression in schedules.declared_expressions(cls)]
+                     for expression in options.schedule_expressions]
     for entry in described:
         entry.pop("workflow", None)
     return described
@@ -102,7 +108,7 @@ def describe_limits(cls) -> dict | None:
     one finishing its step before a pause); ``queued``, those waiting for a replay (for a slot, when at
     the limit); ``recent_starts``, the first replays within the rate limit's window. Values that checks
     E026/E027 refuse count as not declared."""
-    own = limits.limits_of(cls)
+    own = WorkflowOptions.of(cls).limits
     if own is None:
         return None
     now = clock.now()
@@ -119,19 +125,8 @@ def describe_limits(cls) -> dict | None:
     }
 
 
-def _own_cpu_time_limit(cls) -> float | None:
-    """The class's own ``cpu_time_limit`` in milliseconds; None when it sets none, or one that check
-    E019 refuses (describing the workflows must not fail for one of them)."""
-    if cls.cpu_time_limit is None:
-        return None
-    try:
-        return cpu_time_limit_of(cls) / timedelta(milliseconds=1)
-    except WorkflowConfigError:
-        return None
-
-
-def _declared_events(name: str) -> list[dict] | None:
-    rules = declared_events.rules_of(name)
+def _declared_events(options: WorkflowOptions) -> list[dict] | None:
+    rules = options.events
     if rules is None:
         return None
     return [{"type": rule.type, "permission": rule.permission, "webhook": rule.webhook, "approval": rule.approval,
@@ -287,18 +282,19 @@ def describe_schedules(now: datetime, count: int = 3, workflow_name: str | None 
     from django_workflows.models import Schedule
 
     classes = [registry.get(workflow_name)] if workflow_name is not None else registry.all()
-    classes = sorted((cls for cls in classes if schedules.declared_expressions(cls)),
-                     key=lambda cls: cls.name)
-    if classes:
+    scheduled = sorted((options for options in map(WorkflowOptions.of, classes)
+                        if options.schedule_expressions),
+                       key=lambda options: options.name)
+    if scheduled:
         schedules.require_croniter("Listing schedules")
-    stored = Schedule.objects.filter(workflow_name__in=[cls.name for cls in classes])
+    stored = Schedule.objects.filter(workflow_name__in=[options.name for options in scheduled])
     rows = {(row["workflow_name"], row["key"]): row
             for row in stored.values("workflow_name", "key", "next_slot", "last_slot")}
     described = []
-    for cls in classes:
-        timezone, catch_up = schedules.timezone_of(cls), schedules.catch_up_of(cls)
-        for expression in schedules.declared_expressions(cls):
-            entry = {"workflow": cls.name, "cron": expression, "timezone": timezone, "catch_up": catch_up,
+    for options in scheduled:
+        timezone, catch_up = options.schedule_timezone, options.schedule_catch_up
+        for expression in options.schedule_expressions:
+            entry = {"workflow": options.name, "cron": expression, "timezone": timezone, "catch_up": catch_up,
                      "id_prefix": None, "next": [], "stored_next_slot": None, "last_slot": None,
                      "error": None}
             try:
@@ -310,7 +306,7 @@ def describe_schedules(now: datetime, count: int = 3, workflow_name: str | None 
                 entry["error"] = str(exc)
                 described.append(entry)
                 continue
-            row = rows.get((cls.name, cron.key))
+            row = rows.get((options.name, cron.key))
             entry.update(cron=cron.expression, id_prefix=f"{schedules.ID_PREFIX}{cron.key}-",
                          next=cron.upcoming(now, count),
                          stored_next_slot=row["next_slot"] if row else None,

@@ -27,7 +27,7 @@ from django_workflows.errors import (
     StepNotFound,
 )
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.policy import version_of
+from django_workflows.options import WorkflowOptions
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import steering
 from django_workflows.transitions import TRANSITIONS
@@ -107,7 +107,7 @@ class WorkflowHandle:
         return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
                         status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
                         success_retention=kept.get("success"), error_retention=kept.get("error"),
-                        version=version_of(self.workflow_class))
+                        version=WorkflowOptions.of(self.workflow_class).version)
 
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
                retention: dict | None = None) -> InstanceHandle:

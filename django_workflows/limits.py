@@ -3,7 +3,8 @@
 ``concurrency = 10`` bounds the instances of the workflow that hold a live lease at once (a replay
 running, or one that is finishing its current step before a pause), across every worker. ``rate_limit =
 "100/minute"`` bounds its starts (first replays) in any sliding window of that length. The claim that
-takes an instance's lease enforces both (``store.leases``); this module only reads the declarations.
+takes an instance's lease enforces both (``store.leases``); this module only parses the declarations, which
+``options`` reads once per class.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 
-from django_workflows.definition import registry
 from django_workflows.errors import WorkflowConfigError
 
 RATE_PERIODS = {"second": 1, "minute": 60, "hour": 3600}
@@ -39,6 +39,8 @@ class RateLimit:
 
 @dataclass(frozen=True)
 class WorkflowLimits:
+    """A class's limits: a value that check E026/E027 refuses is left out (None), as if not declared."""
+
     concurrency: int | None
     rate: RateLimit | None
 
@@ -74,34 +76,3 @@ def parse_rate_limit(value, where: str = "rate_limit") -> RateLimit | None:
             f"limit), got {value!r}"
         )
     return rate
-
-
-def limits_of(cls) -> WorkflowLimits | None:
-    """The class's limits, or None when it declares none. A value that check E026/E027 refuses is left
-    out (as if not declared): the check says so."""
-    concurrency = getattr(cls, "concurrency", None)
-    rate_limit = getattr(cls, "rate_limit", None)
-    if concurrency is None and rate_limit is None:
-        return None
-    try:
-        concurrency = parse_concurrency(concurrency)
-    except WorkflowConfigError:
-        concurrency = None
-    try:
-        rate = parse_rate_limit(rate_limit)
-    except WorkflowConfigError:
-        rate = None
-    if concurrency is None and rate is None:
-        return None
-    return WorkflowLimits(concurrency, rate)
-
-
-def limited() -> dict[str, WorkflowLimits]:
-    """``{workflow name: its limits}`` for the workflows registered in this process that declare any:
-    empty when none does, and the claim then costs what it always did."""
-    found = {}
-    for cls in registry.all():
-        own = limits_of(cls)
-        if own is not None:
-            found[cls.name] = own
-    return found

@@ -8,7 +8,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from django_workflows.conf import MAX_CPU_TIME_LIMIT, workflow_settings
+from django_workflows.conf import workflow_settings
 from django_workflows.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, WorkflowConfigError
 
@@ -142,60 +142,3 @@ def default_policy() -> StepPolicy:
     if _default_policy is None or _default_policy[0] is not defaults:
         _default_policy = (defaults, build_policy(None, defaults, "DJANGO_WORKFLOWS['DEFAULT_STEP_CONFIG']"))
     return _default_policy[1]
-
-
-# A workflow's CPU time limit: what one replay may use.
-
-def cpu_time_limit(value, where: str) -> timedelta:
-    """``value`` as a CPU time limit: a duration (milliseconds, as in Cloudflare's ``limits.cpu_ms``, or
-    "N unit(s)") above zero and at most ``MAX_CPU_TIME_LIMIT``; a ``WorkflowConfigError`` naming
-    ``where`` otherwise."""
-    try:
-        limit = parse_duration(value, what=where)
-    except InvalidStepInput as exc:
-        raise WorkflowConfigError(str(exc)) from None
-    if not timedelta(0) < limit <= MAX_CPU_TIME_LIMIT:
-        most = MAX_CPU_TIME_LIMIT.total_seconds()
-        _fail(where, f"must be more than zero and at most {most / 60:g} minutes ({most * 1000:.0f} ms), "
-                     f"got {value!r}")
-    return limit
-
-
-def cpu_time_limit_of(workflow_class) -> timedelta:
-    """The CPU time one replay of ``workflow_class`` may use: its ``cpu_time_limit``, else the
-    ``CPU_TIME_LIMIT`` setting."""
-    own = getattr(workflow_class, "cpu_time_limit", None)
-    if own is not None:
-        where = f"{workflow_class.__module__}.{workflow_class.__qualname__}.cpu_time_limit"
-        return cpu_time_limit(own, where)
-    return cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']")
-
-
-# The code version an instance is created under.
-
-MAX_VERSION = 100
-"""The longest version an instance records (``Instance.version``)."""
-
-
-def version_text(value, where: str) -> str:
-    """``value`` as a version: a string (or a whole number, written as one) of 1 to ``MAX_VERSION``
-    printable characters; a ``WorkflowConfigError`` naming ``where`` otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str) or not 0 < len(value) <= MAX_VERSION or not value.isprintable():
-        _fail(where, f"must be a string of 1 to {MAX_VERSION} printable characters (or a whole number), "
-                     f"got {value!r}")
-    return value
-
-
-def version_of(workflow_class) -> str:
-    """The version a new instance of ``workflow_class`` records: the class's own ``version`` (what its
-    code says of itself) wins over the ``VERSION`` setting (what the deploy says of all the code); ""
-    when neither is set."""
-    own = getattr(workflow_class, "version", None)
-    if own is not None:
-        return version_text(own, f"{workflow_class.__module__}.{workflow_class.__qualname__}.version")
-    deployed = workflow_settings.VERSION
-    if deployed is not None:
-        return version_text(deployed, "DJANGO_WORKFLOWS['VERSION']")
-    return ""

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 
-from django_workflows import async_run, clock, declared_events, lifecycle, limits, rollbacks, telemetry
+from django_workflows import async_run, clock, lifecycle, rollbacks, telemetry
 from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
 from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, registry
@@ -39,7 +39,7 @@ from django_workflows.errors import (
 )
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus, StepStatus
-from django_workflows.policy import cpu_time_limit_of
+from django_workflows.options import WorkflowOptions, limited
 from django_workflows.serialization import NotJournalable, encode, storable_text
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.step import JournaledSteps, WorkflowStep
@@ -105,7 +105,7 @@ def _hand_on(workflow_name: str) -> None:
     abandoned, or was fenced): queue the oldest instances waiting for a slot, one per free slot. No timer
     and no polling: this is how a queued instance refused by the limit gets its next replay. Nothing for
     a workflow without one."""
-    own = limits.limited().get(workflow_name)
+    own = limited().get(workflow_name)
     if own is None or own.concurrency is None:
         return
     try:
@@ -229,11 +229,11 @@ class Replay(JournaledSteps):
             workflow_class = registry.get(instance.workflow_name)
         except WorkflowNotFound:
             return self.await_registration()
-        self.declared_events = declared_events.rules_for(workflow_class)
-        if workflow_class.step_limit is not None:
-            self.step_limit = min(workflow_class.step_limit, HARD_STEP_LIMIT)
+        workflow_options = WorkflowOptions.of(workflow_class)
+        self.declared_events = workflow_options.events
+        self.step_limit = workflow_options.step_limit
         try:
-            self.cpu_time_limit = cpu_time_limit_of(workflow_class).total_seconds()
+            self.cpu_time_limit = workflow_options.cpu_time_limit.total_seconds()
         except WorkflowError as exc:  # a value manage.py check reports (E019)
             return self.errored(exc, "")
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:

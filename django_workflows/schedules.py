@@ -26,7 +26,8 @@ So each wall-clock time an expression names runs once: an hourly expression runs
 the clocks go forward and 24 times on the 25-hour day they go back. For "every N minutes of real time"
 whatever the season, use ``schedule_timezone = "UTC"`` (the default).
 
-This module is plain computation over the class attributes: nothing here touches the database.
+This module is plain computation over the class attributes (``options`` reads them once, through
+here): nothing here touches the database.
 """
 
 from __future__ import annotations
@@ -271,9 +272,9 @@ class ScheduleSpec:
         return self.cron.timezone
 
 
-def declared_expressions(cls) -> list:
-    """The class's ``schedules`` as a list (a lone string is one expression)."""
-    declared = getattr(cls, "schedules", None) or ()
+def expressions(declared) -> list:
+    """A class's ``schedules`` as a list (a lone string is one expression)."""
+    declared = declared or ()
     if isinstance(declared, str):
         return [declared]
     if isinstance(declared, (list, tuple, set, frozenset)):
@@ -281,54 +282,41 @@ def declared_expressions(cls) -> list:
     return [declared]  # not a list: reported as an expression that is not a string
 
 
-def timezone_of(cls) -> str:
-    return getattr(cls, "schedule_timezone", None) or DEFAULT_TIMEZONE
-
-
-def catch_up_of(cls):
-    return getattr(cls, "schedule_catch_up", None) or DEFAULT_CATCH_UP
-
-
-def specs_of(cls) -> list[ScheduleSpec]:
-    """The class's schedules, each checked: an expression, time zone or policy it cannot use raises
+def specs(workflow_name: str, expressions: list, timezone: str, catch_up: str) -> list[ScheduleSpec]:
+    """A class's schedules, each checked: an expression, time zone or policy it cannot use raises
     ``InvalidSchedule``; croniter missing raises ``MissingExtra``. An expression listed twice is one."""
-    expressions = declared_expressions(cls)
     if not expressions:
         return []
-    catch_up = catch_up_of(cls)
     if catch_up not in CATCH_UP_POLICIES:
         raise InvalidSchedule(f"schedule_catch_up must be one of {', '.join(map(repr, CATCH_UP_POLICIES))}, "
                               f"got {catch_up!r}")
-    timezone = timezone_of(cls)
     _zone(timezone)
-    specs: dict[str, ScheduleSpec] = {}
+    found: dict[str, ScheduleSpec] = {}
     for expression in expressions:
         cron = CronSchedule(expression, timezone)
-        specs.setdefault(cron.key, ScheduleSpec(cls.name, cron, catch_up))
-    return list(specs.values())
+        found.setdefault(cron.key, ScheduleSpec(workflow_name, cron, catch_up))
+    return list(found.values())
 
 
-def problems(cls) -> list[tuple[str, str]]:
-    """What is wrong with the class's schedule attributes, as ``(attribute, sentence)`` pairs for the
+def problems(expressions: list, timezone: str, catch_up: str) -> list[tuple[str, str]]:
+    """What is wrong with a class's schedule attributes, as ``(attribute, sentence)`` pairs for the
     system check: ``"schedules"``, ``"schedule_timezone"`` or ``"schedule_catch_up"``. Expressions are
     read only when croniter is installed (``require_croniter()`` says when it is not)."""
     found: list[tuple[str, str]] = []
-    expressions = declared_expressions(cls)
     if not expressions:
         return found
-    catch_up = catch_up_of(cls)
     if catch_up not in CATCH_UP_POLICIES:
         found.append(("schedule_catch_up", f"schedule_catch_up must be one of "
                                            f"{', '.join(map(repr, CATCH_UP_POLICIES))}, got {catch_up!r}"))
     try:
-        _zone(timezone_of(cls))
+        _zone(timezone)
     except InvalidSchedule as exc:
         found.append(("schedule_timezone", str(exc)))
         return found
     seen: set[str] = set()
     for expression in expressions:
         try:
-            cron = CronSchedule(expression, timezone_of(cls))
+            cron = CronSchedule(expression, timezone)
         except InvalidSchedule as exc:
             found.append(("schedules", str(exc)))
             continue

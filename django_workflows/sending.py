@@ -36,6 +36,7 @@ from django_workflows.errors import (
     InvalidEvent,
 )
 from django_workflows.models import FINISHED_STATUSES
+from django_workflows.options import WorkflowOptions
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import inbox
 from django_workflows.validation import validate_event_type, validate_idempotency_key
@@ -75,7 +76,7 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
     # row): once, for the authorization and the arrival check both.
     workflow_class = instance.workflow_class
     rules = (declared_events.rules_of(instance.workflow_name) if workflow_class is None
-             else declared_events.rules_for(workflow_class))
+             else WorkflowOptions.of(workflow_class).events)
     if user is not None or channel != declared_events.PYTHON:
         _authorize(rules, type, channel, user)
     _check_payload(type, payload)

@@ -27,8 +27,8 @@ from django_workflows.drawing.timeline import render_timeline
 from django_workflows.durations import format_duration
 from django_workflows.errors import WorkflowError, WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step, StepKind
+from django_workflows.options import WorkflowOptions
 from django_workflows.outline import diagram_for
-from django_workflows.policy import cpu_time_limit_of
 from django_workflows.templatetags.workflows_admin import status_badge_html
 
 STEPS_PER_PAGE = 50
@@ -98,7 +98,7 @@ class InstancePage:
                 diagram_svg = render_diagram(diagram, progress, current_name)
 
         try:
-            limit = cpu_time_limit_of(registry.get(instance.workflow_name))
+            limit = WorkflowOptions.of(registry.get(instance.workflow_name)).cpu_time_limit
             cpu_time_limit = human_milliseconds(limit.total_seconds() * 1000)
         except WorkflowError:  # a workflow this process does not know, or a limit check E019 reports
             cpu_time_limit = None

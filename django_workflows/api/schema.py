@@ -21,10 +21,10 @@ from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
 
 import django_workflows
-from django_workflows import declared_events
 from django_workflows.api.access import APIAccess
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
+from django_workflows.options import WorkflowOptions
 
 TITLE = "django-workflows API"
 # Swagger UI's files, for the browser to load: from the project's static files when
@@ -48,7 +48,7 @@ def declared_event_operations(result, generator, request, public):
     generic = {kind: next((p for p in paths if p.endswith(f"/{kind}/{{event_type}}/")), None)
                for kind in ("events", "webhooks")}
     for name in registry.names():
-        for rule in (declared_events.rules_of(name) or {}).values():
+        for rule in (WorkflowOptions.of(registry.get(name)).events or {}).values():
             template = generic["webhooks" if rule.webhook else "events"]
             if template is None or "post" not in paths[template]:
                 continue

@@ -321,7 +321,11 @@ class WorkflowSerializer(Described):
     name = serializers.CharField()
     class_name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
-    step_limit = serializers.IntegerField(allow_null=True)
+    step_limit = serializers.IntegerField(
+        help_text="The steps an instance may take: the class's step_limit (at most 25,000), else the "
+                  "STEP_LIMIT setting.")
+    step_limit_from_setting = serializers.BooleanField(
+        help_text="Whether step_limit is the STEP_LIMIT setting's (the class sets none).")
     cpu_time_limit_ms = serializers.FloatField(
         allow_null=True, help_text="The CPU time one replay may use, in milliseconds, when the class sets "
                                    "it; null: the CPU_TIME_LIMIT setting.")

@@ -26,7 +26,7 @@ from django_workflows.counts import CountingPaginator
 from django_workflows.definition import registry
 from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.policy import MAX_VERSION
+from django_workflows.options import MAX_VERSION
 from django_workflows.validation import validate_instance_id
 from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from django.db import connections, router, transaction
 from django.db.models import Case, F, Value, When
 
-from django_workflows import clock, limits
+from django_workflows import clock, options
 from django_workflows.conf import workflow_settings
 from django_workflows.executors import enqueue_many
 from django_workflows.models import Instance, InstanceStatus
@@ -98,7 +98,7 @@ def sweep(now: datetime | None = None) -> int:
             ))
             enqueue_many(queued)
             redispatched += len(queued)
-    slotted = sorted(name for name, own in limits.limited().items() if own.concurrency is not None)
+    slotted = sorted(name for name, own in options.limited().items() if own.concurrency is not None)
     with transaction.atomic(using=alias):
         before = now - timedelta(seconds=workflow_settings.REDISPATCH_SECONDS)
         # The queued instances of a workflow with a concurrency limit may wait for a slot for a long
@@ -120,7 +120,7 @@ def sweep(now: datetime | None = None) -> int:
     # without limits), then one per such workflow.
     for name in leases.with_queued(slotted):
         with transaction.atomic(using=alias):
-            handed = leases.hand_on(name, limits.limited()[name].concurrency, now)
+            handed = leases.hand_on(name, options.limited()[name].concurrency, now)
             enqueue_many(handed)
         redispatched += len(handed)
     return redispatched

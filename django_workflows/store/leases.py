@@ -29,7 +29,7 @@ from typing import Any
 from django.db import connections, router, transaction
 from django.db.models.expressions import RawSQL
 
-from django_workflows import clock, limits, rows
+from django_workflows import clock, limits, options, rows
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, Step
 
@@ -388,7 +388,7 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | Non
     instances out, and only an instance it did not take goes on to ``_take_limited``: a workflow without
     limits still costs one statement.
     """
-    limited = limits.limited()
+    limited = options.limited()
     if not limited:
         return _take(instance_pk, owner, now, lease_seconds)
     names = sorted(limited)

@@ -24,17 +24,15 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, router, transaction
 
 from django_workflows.definition import registry
-from django_workflows.errors import MissingExtra
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus, Schedule
+from django_workflows.options import WorkflowOptions
 from django_workflows.schedules import (
     ON_TIME,
-    InvalidSchedule,
     ScheduleSpec,
     plan,
     slot_instance_id,
     slot_params,
-    specs_of,
 )
 
 logger = logging.getLogger("django_workflows.schedules")
@@ -54,10 +52,10 @@ def declared_specs() -> tuple[list[ScheduleSpec], list[str]]:
     specs: list[ScheduleSpec] = []
     problems: list[str] = []
     for cls in sorted(registry.all(), key=lambda c: c.name):
-        try:
-            specs.extend(specs_of(cls))
-        except (InvalidSchedule, MissingExtra) as exc:
-            problems.append(f"{cls.name}: {exc}")
+        options = WorkflowOptions.of(cls)
+        if options.schedules_refused is not None:
+            problems.append(f"{cls.name}: {options.schedules_refused}")
+        specs.extend(options.schedules)
     return specs, problems
 
 

@@ -767,6 +767,13 @@ def test_the_workflow_page_draws_the_diagram_and_shows_the_source(workflows_env,
     assert admin_client.get(workflow_url("no-such-workflow")).status_code == 404
 
 
+def test_the_workflow_page_shows_the_step_limit_its_replays_enforce(workflows_env, admin_client, settings):
+    settings.DJANGO_WORKFLOWS = {"STEP_LIMIT": 2}
+    by_the_setting = admin_client.get(workflow_url("approval")).content.decode()
+    assert "Step limit: 2 (the STEP_LIMIT setting)." in by_the_setting
+    assert "Step limit: 3." in admin_client.get(workflow_url("limited")).content.decode()
+
+
 def breadcrumbs(html):
     trail = re.search(r'<div class="breadcrumbs">(.*?)</div>', html, re.S).group(1)
     return [" ".join(re.sub(r"<[^>]+>", "", crumb).split()) for crumb in trail.split("&rsaquo;")]

@@ -4,6 +4,7 @@ import pytest
 
 from django_workflows import StepLimitExceeded, WorkflowEntrypoint, workflows
 from django_workflows.control_flow import Suspend
+from django_workflows.describe import describe_workflow
 from django_workflows.models import Instance, Step
 from tests.testapp.workflows import calls
 
@@ -61,6 +62,17 @@ def test_step_limit_setting(workflows_env, settings):
     instance = workflows.get("loop").create(params={"n": 3})
     workflows_env.run_until_idle()
     assert "step limit of 2 steps" in instance.status()["error"]["message"]
+
+
+def test_describe_reports_the_step_limit_the_replay_enforces(workflows_env, settings):
+    settings.DJANGO_WORKFLOWS = {"STEP_LIMIT": 2}
+    described = describe_workflow("loop")
+    assert described["step_limit"] == 2 and described["step_limit_from_setting"] is True
+    instance = workflows.get("loop").create(params={"n": 3})
+    workflows_env.run_until_idle()
+    assert f"step limit of {described['step_limit']} steps" in instance.status()["error"]["message"]
+    own = describe_workflow("limited")
+    assert own["step_limit"] == 3 and own["step_limit_from_setting"] is False
 
 
 @pytest.mark.one_flavour("a property of the error class: no workflow runs")

@@ -1,0 +1,110 @@
+"""A workflow class's options: read once per class, the settings applied at each read, and what the
+system checks report found where the values are read."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+from django_workflows import WorkflowEntrypoint, checks
+from django_workflows.conf import HARD_STEP_LIMIT
+from django_workflows.definition import registry
+from django_workflows.errors import WorkflowConfigError
+from django_workflows.options import WorkflowOptions, limited
+
+
+@pytest.fixture
+def define():
+    """Define a workflow class for one test, unregistered afterwards (the other tests' checks would
+    report it)."""
+    made = []
+
+    def make(class_name, base=WorkflowEntrypoint, **attributes):
+        cls = type(class_name, (base,), {"run": lambda self, event, step: None, **attributes})
+        made.append(cls)
+        return cls
+
+    yield make
+    for cls in made:
+        registry.unregister(cls)
+
+
+def test_a_class_is_read_once_and_again_when_it_is_registered_again(define):
+    cls = define("Counted", step_limit=5)
+    options = WorkflowOptions.of(cls)
+    assert WorkflowOptions.of(cls) is options
+    cls.step_limit = 7
+    assert WorkflowOptions.of(cls).step_limit == 5
+    registry.register(cls)
+    assert WorkflowOptions.of(cls).step_limit == 7
+
+
+def test_a_subclass_has_options_of_its_own(define):
+    base = define("Parent", step_limit=5, concurrency=2)
+    WorkflowOptions.of(base)
+    child = define("Child", base=base, step_limit=9)
+    assert (WorkflowOptions.of(child).name, WorkflowOptions.of(child).step_limit) == ("child", 9)
+    assert WorkflowOptions.of(child).limits.concurrency == 2
+    assert WorkflowOptions.of(base).step_limit == 5
+
+
+def test_values_that_follow_a_setting_see_it_change_after_the_class_was_read(define):
+    options = WorkflowOptions.of(define("FollowsTheSettings"))
+    assert options.step_limit == 10_000 and options.cpu_time_limit == timedelta(seconds=30)
+    assert options.version == ""
+    with override_settings(DJANGO_WORKFLOWS={"STEP_LIMIT": 7, "CPU_TIME_LIMIT": "2 seconds", "VERSION": 3}):
+        assert (options.step_limit, options.cpu_time_limit, options.version) == (7, timedelta(seconds=2), "3")
+    with override_settings(DJANGO_WORKFLOWS={"VERSION": "x" * 101}), \
+            pytest.raises(WorkflowConfigError, match="VERSION"):
+        options.version
+
+
+def test_the_class_values_win_over_the_settings(define):
+    options = WorkflowOptions.of(define("OwnValues", step_limit=40, cpu_time_limit="1 second", version=2))
+    with override_settings(DJANGO_WORKFLOWS={"STEP_LIMIT": 7, "CPU_TIME_LIMIT": "2 seconds", "VERSION": "x"}):
+        assert options.step_limit == 40 and options.cpu_time_limit == timedelta(seconds=1)
+        assert options.version == "2"
+
+
+def test_a_step_limit_above_the_hard_one_runs_as_the_hard_one_and_is_reported(define):
+    options = WorkflowOptions.of(define("TooManySteps", step_limit=HARD_STEP_LIMIT + 1))
+    assert options.step_limit == HARD_STEP_LIMIT
+    assert [problem.id for problem in options.problems] == ["django_workflows.E018"]
+
+
+def test_refused_values_are_problems_and_never_stop_the_class_from_being_read(define):
+    cls = define(
+        "WrongEverywhere", name="-wrong", step_limit="many", cpu_time_limit="forever", version="line\nbreak",
+        approvals=5, events={"approve": {"schema": 42}}, schedules=["61 * * * *"], concurrency=0,
+        rate_limit="lots",
+    )
+    options = WorkflowOptions.of(cls)
+    assert [problem.id for problem in options.problems] == [
+        "django_workflows.E018", "django_workflows.E019", "django_workflows.E020", "django_workflows.E007",
+        "django_workflows.E010", "django_workflows.E013", "django_workflows.E021", "django_workflows.E026",
+        "django_workflows.E027",
+    ]
+    # What can be done without is left out, as if not declared; the rest raises where it is needed.
+    assert options.step_limit == 10_000 and options.limits is None and options.schedules == []
+    assert options.approval_types == frozenset() and options.events["approve"].schema is None
+    with pytest.raises(WorkflowConfigError, match=r"WrongEverywhere\.cpu_time_limit: cannot parse 'forever'"):
+        options.cpu_time_limit
+    with pytest.raises(WorkflowConfigError, match=r"WrongEverywhere\.version"):
+        options.version
+    # The system checks report exactly these, with nothing about run() to add.
+    assert checks.check_workflows() == options.problems
+
+
+def test_approval_types_are_the_named_and_the_declared_ones(define):
+    cls = define("Approvals", approvals={"manager"}, events={"manager": {}, "finance": {"approval": True},
+                                                             "paid": {"webhook": True}})
+    assert WorkflowOptions.of(cls).approval_types == {"manager", "finance"}
+
+
+def test_limited_lists_the_registered_workflows_that_declare_limits(define):
+    assert "capped" not in limited()
+    define("Capped", name="capped", concurrency=3, rate_limit="10/minute")
+    define("WronglyCapped", name="wrongly-capped", concurrency=0)
+    found = limited()
+    assert (found["capped"].concurrency, str(found["capped"].rate)) == (3, "10/minute")
+    assert "wrongly-capped" not in found

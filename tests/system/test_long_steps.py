@@ -53,6 +53,7 @@ def test_attempts_ending_as_their_timeout_fires_leave_nothing_armed(start_worker
                  for n in range(2)]
     for instance in instances:
         wait_status(instance, "complete", 90)
+    assert [i.status()["output"]["stray_interruption"] for i in instances] == [False, False]
     # Each instance ran in one replay: no interruption escaped it, to leave it running or to land in the
     # journal's statements, and no worker process was lost to one.
     assert sorted(ReplayAudit.objects.values_list("instance_pk", flat=True)) == sorted(i.pk for i in instances)

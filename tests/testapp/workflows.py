@@ -542,8 +542,10 @@ class LongTransaction(WorkflowEntrypoint):
 
 
 class EdgeOfTimeout(WorkflowEntrypoint):
-    """Step attempts that end within a millisecond either side of their timeout: a timeout that fires as
-    its attempt ends must neither linger nor land anywhere else."""
+    """Step attempts that end within a millisecond either side of their timeout, their last millisecond
+    spent in one C call (a scan of a list) with no check for an interruption in it: a watchdog waking
+    during that call lands its interruption where the attempt's watch is being ended. It must neither
+    linger nor land anywhere else."""
 
     def run(self, event, step):
         import random
@@ -553,21 +555,35 @@ class EdgeOfTimeout(WorkflowEntrypoint):
 
         timeout_ms = event.payload.get("timeout_ms", 5)
         rng = random.Random(event.payload.get("seed", 0))
+        haystack = list(range(100_000))
+        started = time.perf_counter()
+        -1 in haystack  # noqa: B015 - timed, to size a scan of about a millisecond
+        per_item = max(time.perf_counter() - started, 1e-6) / len(haystack)
+        haystack = list(range(int(0.001 / per_item)))
         timed_out = 0
         for n in range(event.payload.get("attempts", 200)):
-            ends_after = (timeout_ms + rng.uniform(-0.5, 0.5)) / 1000
+            ends_after = (timeout_ms - 0.7 + rng.uniform(-1.0, 1.0)) / 1000
 
-            def busy(ends_after=ends_after):
-                started = time.monotonic()
-                while time.monotonic() - started < ends_after:
+            def busy(ends_after=ends_after, n=n):
+                ends_at = time.monotonic() + ends_after
+                while time.monotonic() < ends_at - 0.001:
                     pass
+                -1 in haystack  # noqa: B015
                 return n
 
             try:
                 step.do("edge", busy, config={"timeout": timeout_ms, "retries": {"limit": 0}})
             except StepTimeoutError:
                 timed_out += 1
-        return {"timed_out": timed_out}
+        # A watch left armed by an edge attempt interrupts this thread again a second later, wherever it
+        # is: here, a step far inside its own timeout, which it would fail as timed out.
+        try:
+            step.do("quiet", lambda: time.sleep(1.5) or "quiet",
+                    config={"timeout": "1 minute", "retries": {"limit": 0}})
+            stray = False
+        except StepTimeoutError:
+            stray = True
+        return {"timed_out": timed_out, "stray_interruption": stray}
 
 
 class SimulatedCrash(BaseException):

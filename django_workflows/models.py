@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Self
+
 from django.core.exceptions import EmptyResultSet
 from django.db import NotSupportedError, models
 from django.db.models import Count, F, Lookup, Q
@@ -43,23 +47,23 @@ ACTIVE_STATUSES = tuple(status for status in InstanceStatus if status not in FIN
 
 
 class InstanceQuerySet(models.QuerySet):
-    def for_workflow(self, name: str):
+    def for_workflow(self, name: str) -> Self:
         return self.filter(workflow_name=name)
 
     def for_steering(self):
         """Only what names each instance (its pk, workflow and id): enough to steer it by its handle."""
         return self.only("pk", "instance_id", "workflow_name")
 
-    def due(self, now):
+    def due(self, now: datetime) -> Self:
         """Waiting instances whose wake time has come."""
         return self.filter(status=InstanceStatus.WAITING, wake_at__lte=now)
 
-    def expired_leases(self, now):
+    def expired_leases(self, now: datetime) -> Self:
         return self.filter(
             status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now
         )
 
-    def stale_queued(self, before):
+    def stale_queued(self, before: datetime) -> Self:
         """Queued instances untouched since ``before``: their replay task may have been lost."""
         return self.filter(status=InstanceStatus.QUEUED, updated_at__lt=before)
 
@@ -376,7 +380,7 @@ class EventQuerySet(models.QuerySet):
             events = self.filter(Q(consumed_by__in=[step.pk for step in steps]) | Q(**received))
         return events.order_by("received_at", "id")
 
-    def waiting_for(self, instance_pk: int, types):
+    def waiting_for(self, instance_pk: int, types: Sequence[str]) -> Self:
         """Buffered events of ``types`` for an instance, oldest first."""
         return self.filter(instance_id=instance_pk, type__in=types, consumed_by__isnull=True).order_by(
             "received_at", "id"

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
+
+if TYPE_CHECKING:
+    from django_workflows.executors.base import BaseExecutor
 
 logger = logging.getLogger("django_workflows.executors")
 
 _lock = threading.Lock()
-_executor = None
-_overrides: list = []
+_executor: BaseExecutor | None = None
+_overrides: list[BaseExecutor] = []
 
 
-def get_executor():
+def get_executor() -> BaseExecutor:
     """The executor named by the ``EXECUTOR`` setting, built once and reused
     (or the one ``django_workflows.testing`` put in its place)."""
     global _executor
@@ -35,7 +40,7 @@ def enqueue(instance_pk: int) -> None:
     _hand_over(lambda executor: executor.enqueue_replay(instance_pk), lambda: f"a replay of instance {instance_pk}")
 
 
-def enqueue_many(instance_pks) -> None:
+def enqueue_many(instance_pks: Iterable[int]) -> None:
     """``enqueue`` for several instances made runnable together: the executor may carry their replays in
     fewer tasks (``BaseExecutor.enqueue_replays``)."""
     pks = list(instance_pks)
@@ -43,7 +48,7 @@ def enqueue_many(instance_pks) -> None:
         _hand_over(lambda executor: executor.enqueue_replays(pks), lambda: f"the replays of {len(pks)} instances")
 
 
-def _hand_over(send, what) -> None:
+def _hand_over(send: Callable[[BaseExecutor], None], what: Callable[[], str]) -> None:
     """Call ``send(executor)`` when the executor should be told: within the transaction when its task
     rows are written there, else once it commits. ``what()`` names what is sent, for the log, should the
     broker refuse it."""
@@ -61,7 +66,7 @@ def _hand_over(send, what) -> None:
         transaction.on_commit(lambda: _push(executor, send, what), using=router.db_for_write(Instance))
 
 
-def _push(executor, send, what) -> None:
+def _push(executor: BaseExecutor, send: Callable[[BaseExecutor], None], what: Callable[[], str]) -> None:
     # After the commit: the instance is already queued in the database, and the sender's event or
     # change is stored. A broker that cannot take the task now (Redis restarting) must not turn that
     # into an error for the sender, whose retry would store the event twice: the sweeper queues every
@@ -80,7 +85,7 @@ def reset() -> None:
         _executor = None
 
 
-def _settings_changed(*, setting, **kwargs):
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
     # The executor is built from DJANGO_WORKFLOWS; the django-q2 one checks its broker when built, and
     # the tasks one takes its backend from TASKS.
     if setting in ("DJANGO_WORKFLOWS", "Q_CLUSTER", "TASKS"):
@@ -90,7 +95,7 @@ def _settings_changed(*, setting, **kwargs):
 setting_changed.connect(_settings_changed)
 
 
-def push_override(executor) -> None:
+def push_override(executor: BaseExecutor) -> None:
     """Use ``executor`` instead of the configured one until ``pop_override()``, whatever the settings say."""
     _overrides.append(executor)
 

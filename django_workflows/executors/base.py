@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from typing import Any
 
 from django.core.checks import CheckMessage
 from django.utils.module_loading import import_string
@@ -15,7 +16,7 @@ REPLAYS_TASK = "django_workflows.tasks.run_replays"
 PROBE_TASK = "django_workflows.tasks.answer_probe"
 
 
-def run_task(name: str, *args) -> None:
+def run_task(name: str, *args: Any) -> None:
     import_string(name)(*args)
 
 
@@ -35,7 +36,7 @@ class BaseExecutor(ABC):
     #: Whether replays run in this process as soon as they are enqueued.
     runs_inline: bool = False
 
-    def __init__(self, **options):
+    def __init__(self, **options: Any) -> None:
         self.options = options
 
     @abstractmethod

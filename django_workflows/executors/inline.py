@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import Any
 
 from django_workflows.executors.base import REPLAY_TASK, BaseExecutor, run_task
 
@@ -23,11 +24,11 @@ class InlineExecutor(BaseExecutor):
 
     runs_inline = True
 
-    def __init__(self, **options):
+    def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._local = threading.local()
 
-    def _queue(self) -> deque:
+    def _queue(self) -> deque[int]:
         queue = getattr(self._local, "queue", None)
         if queue is None:
             queue = self._local.queue = deque()

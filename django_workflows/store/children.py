@@ -13,6 +13,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db.models import QuerySet
+
 from django_workflows.models import FINISHED_STATUSES, Instance
 from django_workflows.store import inbox
 from django_workflows.validation import RESERVED_EVENT_PREFIX
@@ -26,7 +28,7 @@ def end_event_type(child_pk: int) -> str:
     return f"{CHILD_EVENT_PREFIX}{child_pk}"
 
 
-def end_payload(status: str, output: Any = None, error: dict | None = None) -> dict:
+def end_payload(status: str, output: Any = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the parent receives: ``error`` as ``error_journal.describe_error`` gives it (with its class)."""
     return {"status": str(status), "output": output, "error": error}
 
@@ -43,13 +45,13 @@ def lock_parent_at(parent_pk: int, epoch: int) -> bool:
         "pk", flat=True).first() is not None
 
 
-def send_end(child_pk: int, parent_pk: int, payload: dict, now: datetime) -> None:
+def send_end(child_pk: int, parent_pk: int, payload: dict[str, Any], now: datetime) -> None:
     """Store the child's end in the parent's inbox, waking the parent if it waits for it; nothing if the
     parent has finished or no longer exists. Call it in the transaction that ends the child."""
     inbox.deliver(parent_pk, end_event_type(child_pk), payload, sender=SENDER, delivery=None, now=now)
 
 
-def finished_end(child_pk: int) -> dict | None:
+def finished_end(child_pk: int) -> dict[str, Any] | None:
     """The end of a child that has finished, read from its row, or None if it has not (or is gone). For a
     parent whose inbox lost the end event (the parent had finished when the child ended, and was
     restarted since): the row's error has no class, so it is raised as ``StepFailed`` with its name."""
@@ -59,7 +61,7 @@ def finished_end(child_pk: int) -> dict | None:
     return end_payload(row["status"], row["output"], row["error"])
 
 
-def children_of(pk: int):
+def children_of(pk: int) -> QuerySet[Instance]:
     """The instance's children, oldest first."""
     return Instance.objects.filter(parent_id=pk).order_by("created_at", "id")
 

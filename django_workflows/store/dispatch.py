@@ -8,6 +8,7 @@ loops (and, as a slower fallback, by django-q2's scheduler under a plain
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.db import connections, router, transaction
 from django.db.models import Case, F, Value, When
@@ -19,8 +20,11 @@ from django_workflows.models import Instance, InstanceStatus
 from django_workflows.store import leases
 from django_workflows.store.retention import purge_finished
 
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
-def _claim_sql(connection) -> str:
+
+def _claim_sql(connection: BaseDatabaseWrapper) -> str:
     table = connection.ops.quote_name(Instance._meta.db_table)
     # SKIP LOCKED lets several wake-up loops (one per machine) share the due instances
     # without waiting on each other; SQLite has one writer at a time anyway.
@@ -98,16 +102,17 @@ def sweep(now: datetime | None = None) -> int:
             ))
             enqueue_many(queued)
             redispatched += len(queued)
-    slotted = sorted(name for name, own in options.limited().items() if own.concurrency is not None)
+    slots = {name: own.concurrency for name, own in options.limited().items() if own.concurrency is not None}
+    slotted = sorted(slots)
     with transaction.atomic(using=alias):
         before = now - timedelta(seconds=workflow_settings.REDISPATCH_SECONDS)
         # The queued instances of a workflow with a concurrency limit may wait for a slot for a long
         # time, with no replay on its way: not lost ones. They are handed on below instead.
-        queued = Instance.objects.stale_queued(before)
+        left_queued = Instance.objects.stale_queued(before)
         if slotted:
-            queued = queued.exclude(workflow_name__in=slotted)
+            left_queued = left_queued.exclude(workflow_name__in=slotted)
         stale = list(
-            queued.select_for_update(skip_locked=True)
+            left_queued.select_for_update(skip_locked=True)
             .values_list("pk", flat=True)[: workflow_settings.WAKE_BATCH]
         )
         if stale:
@@ -120,13 +125,13 @@ def sweep(now: datetime | None = None) -> int:
     # without limits), then one per such workflow.
     for name in leases.with_queued(slotted):
         with transaction.atomic(using=alias):
-            handed = leases.hand_on(name, options.limited()[name].concurrency, now)
+            handed = leases.hand_on(name, slots[name], now)
             enqueue_many(handed)
         redispatched += len(handed)
     return redispatched
 
 
-def _reclaim_sql(connection, owners: int) -> str:
+def _reclaim_sql(connection: BaseDatabaseWrapper, owners: int) -> str:
     table = connection.ops.quote_name(Instance._meta.db_table)
     return (
         f"UPDATE {table} SET status = CASE WHEN status = %s THEN %s ELSE %s END, "

@@ -11,10 +11,11 @@ the replay learns of a ``pause()`` without another query.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from django.conf import settings
 from django.db import DatabaseError, connections, router, transaction
@@ -23,6 +24,15 @@ from django_workflows import clock, rows
 from django_workflows.control_flow import Fenced, StoreError
 from django_workflows.models import Event, Instance, InstanceStatus, Step
 from django_workflows.store import children, steering
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
+
+    from django_workflows.store.leases import Lease
+
+# Decodes a journal row's attempts, error, wake_at and started_at (rows.RowReader.decode).
+DetailDecoder = Callable[[Sequence[Any]], Iterable[Any]]
 
 
 @dataclass(frozen=True)
@@ -59,15 +69,16 @@ class Entry:
 
     __slots__ = ("id", "kind", "status", "result", "settled_in", "_details", "_decode")
 
-    def __init__(self, id: int, kind: str, status: str, attempts: list, result: Any,  # noqa: A002
-                 error: dict | None, wake_at: datetime | None, started_at: datetime, settled_in: int | None = None):
+    def __init__(self, id: int, kind: str, status: str, attempts: list[dict[str, Any]], result: Any,  # noqa: A002
+                 error: dict[str, Any] | None, wake_at: datetime | None, started_at: datetime,
+                 settled_in: int | None = None):
         self.id, self.kind, self.status, self.result = id, kind, status, result
         self.settled_in = settled_in
-        self._details = (attempts, error, wake_at, started_at)
-        self._decode = None
+        self._details: Sequence[Any] = (attempts, error, wake_at, started_at)
+        self._decode: DetailDecoder | None = None
 
     @classmethod
-    def from_row(cls, row, decode_details) -> Entry:
+    def from_row(cls, row: Sequence[Any], decode_details: DetailDecoder) -> Entry:
         """From a row of ``_JOURNAL_COLUMNS``; ``decode_details`` decodes the rest when asked."""
         entry = cls.__new__(cls)
         entry.id, entry.kind, entry.status = row[1], row[2], row[3]
@@ -77,19 +88,31 @@ class Entry:
         entry._decode = decode_details
         return entry
 
-    def _detail(self, index: int):
+    def _detail(self, index: int) -> Any:
         if self._decode is not None:
             self._details, self._decode = tuple(self._decode(self._details)), None
         return self._details[index]
 
-    attempts = property(lambda self: self._detail(0))
-    error = property(lambda self: self._detail(1))
-    wake_at = property(lambda self: self._detail(2))
-    started_at = property(lambda self: self._detail(3))
+    # Decoded by the fields' converters (JSON text, datetimes) as the ORM would: of the fields' types.
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        return cast("list[dict[str, Any]]", self._detail(0))
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        return cast("dict[str, Any] | None", self._detail(1))
+
+    @property
+    def wake_at(self) -> datetime | None:
+        return cast("datetime | None", self._detail(2))
+
+    @property
+    def started_at(self) -> datetime:
+        return cast(datetime, self._detail(3))
 
 
 @contextmanager
-def engine_statements():
+def engine_statements() -> Iterator[None]:
     """Turn a database error in the engine's own statements into ``StoreError``."""
     try:
         yield
@@ -112,7 +135,7 @@ def load(instance_pk: int) -> dict[str, Entry]:
     )
     details = rows.reader(connection, Step, _DETAIL_COLUMNS)
 
-    def decode_details(values):
+    def decode_details(values: Sequence[Any]) -> list[Any]:
         return details.decode(values, connection)
 
     with engine_statements(), connection.cursor() as cursor:
@@ -124,14 +147,14 @@ def load(instance_pk: int) -> dict[str, Entry]:
 _JSON_COLUMNS = {"attempts", "config", "result", "error"}
 
 
-def _datetime_adapter(connection):
+def _datetime_adapter(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
     """The connection's datetime adaptation, with a short cut for SQLite storing UTC, which is
     every write of a replay: Django's adapter checks settings and converts the zone on each call."""
     adapt = connection.ops.adapt_datetimefield_value
     if connection.vendor != "sqlite" or not settings.USE_TZ or connection.timezone is not UTC:
         return adapt
 
-    def adapt_utc(value):
+    def adapt_utc(value: Any) -> Any:
         if isinstance(value, datetime) and value.tzinfo is UTC:
             return str(value.replace(tzinfo=None))
         return adapt(value)
@@ -148,7 +171,7 @@ class JournalWriter:
         self.instance_pk = instance_pk
         self.epoch = epoch
         # The replay's leases.Lease, once held: a lapsed or lost lease fences the next write.
-        self.lease = None
+        self.lease: Lease | None = None
         # Once a write or a check of this replay is fenced, it stays fenced: user code may swallow the
         # Fenced raised (an ``except BaseException:`` around a step), and nothing it does after may run
         # a step body or write (``fence``).
@@ -162,7 +185,9 @@ class JournalWriter:
         self._adapt_datetime = _datetime_adapter(connection)
         json_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
         self._json_placeholder = json_placeholder
-        self._open_cursor = self._open_on = None
+        # The cursor of _cursor(), and the DB-API connection it was opened on.
+        self._open_cursor: CursorWrapper | None = None
+        self._open_on: Any = None
         self._placeholders = {
             column: json_placeholder if column in _JSON_COLUMNS else "%s" for column in _FIELD_COLUMNS
         }
@@ -177,14 +202,14 @@ class JournalWriter:
         self._step_table = step_table
         self._instance_table = instance_table
 
-    def _value(self, column: str, value, json_columns=_JSON_COLUMNS):
+    def _value(self, column: str, value: Any, json_columns: Collection[str] = _JSON_COLUMNS) -> Any:
         if column in json_columns:
             return None if value is None else (value if isinstance(value, _Encoded) else json.dumps(value))
         if isinstance(value, datetime):
             return self._adapt_datetime(value)
         return value
 
-    def insert(self, **fields) -> tuple[int, str]:
+    def insert(self, **fields: Any) -> tuple[int, str]:
         """Insert a journal row; return ``(step id, instance status)``."""
         fields.setdefault("attempts", _NO_ATTEMPTS)
         if self.settled_in is not None:
@@ -202,7 +227,7 @@ class JournalWriter:
         params += [self.instance_pk, self.epoch, self.instance_pk]
         return self._execute(sql, params)
 
-    def update(self, step_id: int, **fields) -> tuple[int, str]:
+    def update(self, step_id: int, **fields: Any) -> tuple[int, str]:
         """Update a journal row; return ``(step id, instance status)``."""
         if self.settled_in is not None:
             fields["settled_in"] = self.settled_in
@@ -212,7 +237,7 @@ class JournalWriter:
         params += [step_id, self.instance_pk, self.epoch, self.instance_pk]
         return self._execute(sql, params)
 
-    def release(self, now: datetime, costs: Costs | None = None, **fields) -> str | None:
+    def release(self, now: datetime, costs: Costs | None = None, **fields: Any) -> str | None:
         """Give up the lease, add the replay's ``costs`` to the instance's totals and set its
         ``fields``; return the status it left, or None if the epoch moved on.
 
@@ -248,10 +273,11 @@ class JournalWriter:
             released = cursor.fetchall()
         if not released:
             self.fence()
-        return released[0][0] if released else None
+        left: str | None = released[0][0] if released else None
+        return left
 
-    def release_ending_child(self, parent_pk: int, end: dict, now: datetime, costs: Costs | None = None,
-                             **fields) -> bool:
+    def release_ending_child(self, parent_pk: int, end: dict[str, Any], now: datetime,
+                             costs: Costs | None = None, **fields: Any) -> bool:
         """``release`` for a child workflow that ends: its end is stored in its parent's inbox in the same
         transaction, so a worker that dies in between cannot lose it. False if the epoch moved on (and
         nothing is sent)."""
@@ -262,8 +288,8 @@ class JournalWriter:
             children.send_end(self.instance_pk, parent_pk, end, now)
         return True
 
-    def release_to_wait_for_events(self, now: datetime, types, costs: Costs | None = None,
-                                   **fields) -> str | None:
+    def release_to_wait_for_events(self, now: datetime, types: Sequence[str], costs: Costs | None = None,
+                                   **fields: Any) -> str | None:
         """Give up the lease, leaving the instance waiting for an event of ``types`` (or paused); return
         ``"queued"`` if such an event is in the inbox already (the caller enqueues the replay), the
         status otherwise (``"waiting"`` or ``"paused"``), or None if the epoch moved on.
@@ -282,21 +308,22 @@ class JournalWriter:
                 return InstanceStatus.QUEUED
         return InstanceStatus.WAITING
 
-    def consume_event(self, types, received_by: datetime, record):
+    def consume_event(self, types: Sequence[str], received_by: datetime,
+                      record: Callable[[InboxEvent, datetime], tuple[int, str]]) -> tuple[InboxEvent, str] | None:
         """Take the oldest buffered event of ``types`` received by ``received_by``, journaling it with
         ``record(event, now) -> (step id, instance status)`` in the same transaction; return
         ``(InboxEvent, instance status)``, or None if the inbox holds none."""
         while True:
             with engine_statements(), transaction.atomic(using=self.alias):
-                event = (
+                found = (
                     Event.objects.waiting_for(self.instance_pk, types)
                     .filter(received_at__lte=received_by)
                     .values_list("id", "type", "payload", "received_at")
                     .first()
                 )
-                if event is None:
+                if found is None:
                     return None
-                event = InboxEvent(*event)
+                event = InboxEvent(*found)
                 now = clock.now()
                 step_id, status = record(event, now)
                 taken = Event.objects.filter(pk=event.id, consumed_by__isnull=True).update(
@@ -308,7 +335,8 @@ class JournalWriter:
                     continue
             return event, status
 
-    def time_out_wait(self, types, received_by: datetime, record) -> str | None:
+    def time_out_wait(self, types: Sequence[str], received_by: datetime,
+                      record: Callable[[], tuple[int, str]]) -> str | None:
         """Journal a wait's timeout with ``record() -> (step id, instance status)``, unless the inbox holds
         an event of ``types`` received by ``received_by`` (its deadline); return the instance's status, or
         None if it holds one (the caller takes it).
@@ -340,7 +368,7 @@ class JournalWriter:
         with engine_statements():
             return steering.insert_child(child, self.epoch)
 
-    def child_end(self, child_pk: int) -> dict | None:
+    def child_end(self, child_pk: int) -> dict[str, Any] | None:
         """The end of this instance's child if it has finished (``children.finished_end``)."""
         with engine_statements():
             return children.finished_end(child_pk)
@@ -361,9 +389,10 @@ class JournalWriter:
                   self.epoch]
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.rowcount > 0
+            abandoned: bool = cursor.rowcount > 0
+            return abandoned
 
-    def _cursor(self):
+    def _cursor(self) -> CursorWrapper:
         # One cursor for the replay's writes, as long as the connection it was opened on is the
         # connection's current one (user code may close the connection between steps).
         if self._open_cursor is None or self._open_on is not self.connection.connection:
@@ -397,7 +426,7 @@ class JournalWriter:
             self.lease.lost = True
         return Fenced()
 
-    def _execute(self, sql: str, params) -> tuple[int, str]:
+    def _execute(self, sql: str, params: Sequence[Any]) -> tuple[int, str]:
         self.check_lease()
         with engine_statements():
             cursor = self._cursor()
@@ -408,7 +437,7 @@ class JournalWriter:
         return row[0], row[1]
 
 
-def _adding(costs: Costs | None) -> tuple[list[str], list[float]]:
+def _adding(costs: Costs | None) -> tuple[list[str], list[Any]]:
     """The assignments that add ``costs`` to the instance's totals, and their parameters."""
     if costs is None:
         return [], []
@@ -432,7 +461,7 @@ def encoded(text: str) -> _Encoded:
 _NO_ATTEMPTS = _Encoded("[]")
 
 # The text of each shape of journal INSERT, by (vendor, columns): a replay writes a handful of shapes.
-_INSERTS: dict[tuple, str] = {}
+_INSERTS: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
 _FIELD_COLUMNS = ("key", "name", "kind", "status", "attempts", "config", "result", "error", "wake_at",

@@ -21,10 +21,11 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, router, transaction
 from django.db.models.expressions import RawSQL
@@ -32,6 +33,10 @@ from django.db.models.expressions import RawSQL
 from django_workflows import clock, limits, options, rows
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, Step
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.base.operations import BaseDatabaseOperations
 
 
 class Lease:
@@ -65,7 +70,7 @@ class Lease:
     def holds(self) -> bool:
         return not self.lost and time.monotonic() < self.deadline
 
-    def body_started(self, wrapper, timeout: float) -> tuple[Any, float]:
+    def body_started(self, wrapper: BaseDatabaseWrapper, timeout: float) -> tuple[Any, float]:
         """Note that a step body with ``timeout`` seconds starts in this thread, whose connection is
         ``wrapper``; give what it returns to ``body_ended`` once the body is over."""
         body = (wrapper, time.monotonic() + timeout)
@@ -87,14 +92,14 @@ class Lease:
 
 
 class LeaseKeeper:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[tuple[int, int], Lease] = {}
         self._thread: threading.Thread | None = None
         self._wakeup = threading.Event()
 
     @contextmanager
-    def hold(self, instance_pk: int, epoch: int, taken: float | None = None):
+    def hold(self, instance_pk: int, epoch: int, taken: float | None = None) -> Iterator[Lease]:
         """Keep the lease taken at ``taken`` (monotonic, just before the statement) renewed while the
         block runs; yield the ``Lease``."""
         key = (instance_pk, epoch)
@@ -143,7 +148,7 @@ class LeaseKeeper:
                         if self._held.get((lease.instance_pk, lease.epoch)) is not lease:
                             continue
                     progress = lease.progress()
-                    marked = {} if progress is None else {"progressed_at": now if progress else None}
+                    marked: dict[str, datetime | None] = {} if progress is None else {"progressed_at": now if progress else None}
                     renewed = _renew_inside_a_body(lease, expires, marked)
                     if renewed is None:
                         renewed = Instance.objects.filter(
@@ -168,7 +173,7 @@ class LeaseKeeper:
 keeper = LeaseKeeper()
 
 
-def _renew_inside_a_body(lease: Lease, expires: datetime, marked: dict) -> int | None:
+def _renew_inside_a_body(lease: Lease, expires: datetime, marked: dict[str, datetime | None]) -> int | None:
     """On SQLite, renew the lease through the connection of a step body that is inside a transaction,
     as part of that transaction; return the rows renewed, or None if no body is in one.
 
@@ -200,7 +205,8 @@ def _renew_inside_a_body(lease: Lease, expires: datetime, marked: dict) -> int |
             )
         except Exception:
             continue  # closed by the body meanwhile (an interrupted attempt's): renew as usual
-        return cursor.rowcount
+        renewed: int = cursor.rowcount
+        return renewed
     return None
 
 
@@ -364,19 +370,19 @@ _CRASH_COUNTED = (
 )
 
 
-def crash_counted_sql(connection) -> str:
+def crash_counted_sql(connection: BaseDatabaseWrapper) -> str:
     """``_CRASH_COUNTED`` for a raw UPDATE of the instance table."""
     ops = connection.ops
     return _CRASH_COUNTED.format(instance=ops.quote_name(Instance._meta.db_table),
                                  steps=ops.quote_name(Step._meta.db_table))
 
 
-def crash_counted(connection) -> RawSQL:
+def crash_counted(connection: BaseDatabaseWrapper) -> RawSQL:
     """``crash_counted_sql`` as a query expression, for the sweeper's UPDATE of expired leases."""
     return RawSQL(crash_counted_sql(connection), [])
 
 
-def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | None:
+def take(instance_pk: int, owner: str, now: datetime, lease_seconds: float) -> Claim | None:
     """Take the instance's lease if it is runnable, bumping its epoch; return the ``Claim``, or None.
 
     One statement: the conditional UPDATE lets one replay through however many
@@ -399,19 +405,19 @@ def take(instance_pk: int, owner: str, now, lease_seconds: float) -> Claim | Non
     return _take_limited(instance_pk, owner, now, lease_seconds, limited)
 
 
-def _runnable(ops, table: str = "") -> str:
+def _runnable(ops: BaseDatabaseOperations, table: str = "") -> str:
     """The claim's condition on the status: queued or waiting, or leased with the lease expired."""
     prefix = f"{table}." if table else ""
     return (f"({prefix}status IN (%s, %s) OR ({prefix}status IN (%s, %s) AND {prefix}lease_expires_at < %s))")
 
 
-def _runnable_params(stamp) -> list:
+def _runnable_params(stamp: Any) -> list[Any]:
     running, pausing = InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value
     return [InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value, running, pausing, stamp]
 
 
-def _take(instance_pk: int, owner: str, now, lease_seconds: float, condition: str = "",
-          condition_params=()) -> Claim | None:
+def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, condition: str = "",
+          condition_params: Sequence[Any] = ()) -> Claim | None:
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     ops = connection.ops
@@ -457,11 +463,11 @@ def holds_slot_sql(table: str) -> str:
     return f"({table}.status IN (%s, %s) AND {table}.lease_expires_at >= %s)"
 
 
-def _holds_slot_params(stamp) -> list:
+def _holds_slot_params(stamp: Any) -> list[Any]:
     return [InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value, stamp]
 
 
-def _take_limited(instance_pk: int, owner: str, now, lease_seconds: float,
+def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: float,
                   limited: dict[str, limits.WorkflowLimits]) -> Claim | None:
     """Take the lease of an instance of a workflow with limits, within them.
 
@@ -525,7 +531,7 @@ def _take_limited(instance_pk: int, owner: str, now, lease_seconds: float,
 _LOCK_PREFIX = "django_workflows.limits:"
 
 
-def hand_on(workflow_name: str, concurrency: int, now) -> list[int]:
+def hand_on(workflow_name: str, concurrency: int, now: datetime) -> list[int]:
     """The instances of the workflow to queue a replay of now that a replay of it gave back its slot:
     the oldest queued ones, as many as slots are free. One statement; the caller enqueues them.
 
@@ -559,7 +565,7 @@ def with_queued(workflow_names: list[str]) -> list[str]:
     connection = connections[router.db_for_write(Instance)]
     table = connection.ops.quote_name(Instance._meta.db_table)
     probe = f"SELECT %s WHERE EXISTS (SELECT 1 FROM {table} WHERE workflow_name = %s AND status = %s)"
-    params = []
+    params: list[str] = []
     for name in workflow_names:
         params += [name, name, InstanceStatus.QUEUED.value]
     with connection.cursor() as cursor:
@@ -567,7 +573,7 @@ def with_queued(workflow_names: list[str]) -> list[str]:
         return sorted(name for (name,) in cursor.fetchall())
 
 
-def slot_counts(workflow_name: str, now) -> dict[str, int]:
+def slot_counts(workflow_name: str, now: datetime) -> dict[str, int]:
     """How many instances of the workflow hold a concurrency slot (``running``) and are queued."""
     holding = Instance.objects.filter(
         workflow_name=workflow_name,

@@ -9,17 +9,21 @@ found: one index probe per distinct value, whatever the number of instances (a l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.db import connections, router
 
 from django_workflows.models import Instance
 
 
-def _rows(sql: str, params) -> list:
+def _rows(sql: str, params: Sequence[str]) -> list[tuple[Any, ...]]:
     connection = connections[router.db_for_read(Instance)]
     table = connection.ops.quote_name(Instance._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(sql.format(table=table), params)
-        return cursor.fetchall()
+        fetched: list[tuple[Any, ...]] = cursor.fetchall()
+        return fetched
 
 
 _WORKFLOW_NAMES = """

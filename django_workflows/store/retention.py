@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet, Value
+
+if TYPE_CHECKING:
+    from django.db.models.expressions import CombinedExpression
 
 from django_workflows import clock
 from django_workflows.conf import workflow_settings
@@ -36,23 +41,23 @@ def own_purge_at(status: str, ended_at: datetime, success_retention: timedelta |
     return None if retention is None else ended_at + retention
 
 
-def terminated_purge_at(now: datetime) -> ExpressionWrapper:
+def terminated_purge_at(now: datetime) -> ExpressionWrapper[CombinedExpression]:
     """``own_purge_at`` for an UPDATE that terminates instances at ``now``, computed by the database
     from each row's own error retention (NULL where it has none)."""
     return ExpressionWrapper(Value(now, output_field=DateTimeField()) + F("error_retention"),
                              output_field=DateTimeField())
 
 
-def _finished():
+def _finished() -> QuerySet[Instance]:
     return Instance.objects.filter(status__in=FINISHED_STATUSES)
 
 
-def due_by_own_retention(now: datetime) -> QuerySet:
+def due_by_own_retention(now: datetime) -> QuerySet[Instance]:
     """Finished instances whose own retention ran out before ``now``."""
     return _finished().filter(purge_at__lt=now)
 
 
-def due_by_setting(cutoff: datetime) -> QuerySet:
+def due_by_setting(cutoff: datetime) -> QuerySet[Instance]:
     """Finished instances without a retention of their own that ended before ``cutoff``."""
     return _finished().filter(purge_at__isnull=True, ended_at__lt=cutoff)
 
@@ -66,7 +71,7 @@ def purge_cutoff(now: datetime | None = None) -> datetime | None:
     return (now or clock.now()) - timedelta(days=days)
 
 
-def next_purge_batch(due: QuerySet) -> list[int]:
+def next_purge_batch(due: QuerySet[Instance]) -> list[int]:
     """The ids of up to ``RETENTION_BATCH`` of the ``due`` instances.
 
     A plain read of the ``dw_instance_retention`` index that stops after the batch, outside any
@@ -78,7 +83,8 @@ def next_purge_batch(due: QuerySet) -> list[int]:
     table of millions that may read most of it for every batch; ordering the three statuses' ranges
     together would sort every due instance of the backlog for each batch."""
     size = workflow_settings.RETENTION_BATCH
-    parts, params = [], []
+    parts: list[str] = []
+    params: list[Any] = []
     for status in FINISHED_STATUSES:
         reads = due.filter(status=status).order_by("purge_at", "ended_at").values_list("pk", flat=True)[:size]
         sql, own = reads.query.sql_with_params()
@@ -89,7 +95,7 @@ def next_purge_batch(due: QuerySet) -> list[int]:
         return [pk for (pk,) in cursor.fetchall()]
 
 
-def delete_finished(pks, due: QuerySet) -> int:
+def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
     """Delete those of the instances ``pks`` that are still ``due``, with their inbox and journal, in
     one transaction; return how many instances were deleted.
 
@@ -117,7 +123,7 @@ def delete_finished(pks, due: QuerySet) -> int:
         return still_due._raw_delete(alias)
 
 
-def _purge(due: QuerySet, pause: float, stop: threading.Event | None) -> int:
+def _purge(due: QuerySet[Instance], pause: float, stop: threading.Event | None) -> int:
     purged = 0
     while stop is None or not stop.is_set():
         batch = next_purge_batch(due)

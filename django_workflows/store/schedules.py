@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
@@ -67,7 +68,7 @@ def ensure_rows(specs: list[ScheduleSpec], now: datetime) -> dict[tuple[str, str
     names = sorted({spec.workflow_name for spec in specs})
     wanted = {(spec.workflow_name, spec.key) for spec in specs}
 
-    def read():
+    def read() -> dict[tuple[str, str], tuple[int, datetime]]:
         rows = Schedule.objects.filter(workflow_name__in=names).values_list("workflow_name", "key", "pk",
                                                                               "next_slot")
         return {(name, key): (pk, next_slot) for name, key, pk, next_slot in rows if (name, key) in wanted}
@@ -146,7 +147,7 @@ class Scheduler:
     def __init__(self, on_time: timedelta = ON_TIME):
         self.on_time = on_time
         self.synced = False
-        self.entries: dict[int, list] = {}  # row pk -> [spec, next slot as last read]
+        self.entries: dict[int, list[Any]] = {}  # row pk -> [spec, next slot as last read]
         self.specs: list[ScheduleSpec] = []
         self._reported: set[str] = set()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from django_workflows.control_flow import Fenced
 from django_workflows.error_journal import describe_error
@@ -25,7 +25,7 @@ def _alias() -> str:
     return router.db_for_write(Instance)
 
 
-def _rows(pk: int):
+def _rows(pk: int) -> QuerySet[Instance]:
     return Instance.objects.filter(pk=pk)
 
 
@@ -71,6 +71,8 @@ def insert_child(child: Instance, parent_epoch: int) -> int | None:
     try:
         with transaction.atomic(using=_alias()):
             child.save(force_insert=True)
+            # A child has its parent set by whoever built it (children.ChildSteps.child_creator).
+            assert child.parent_id is not None
             if not children.lock_parent_at(child.parent_id, parent_epoch):
                 raise Fenced()
             # Within the transaction for an executor that writes its task there; else once it commits.
@@ -105,7 +107,8 @@ def insert_batch(workflow_name: str, instances: list[Instance]) -> tuple[dict[st
 
 
 def status_of(pk: int) -> str | None:
-    return _rows(pk).values_list("status", flat=True).first()
+    status: str | None = _rows(pk).values_list("status", flat=True).first()
+    return status
 
 
 def pause(pk: int, now: datetime) -> str | None:
@@ -181,7 +184,7 @@ def _lock_parent_of(pk: int) -> tuple[int | None, str]:
     return row[0], f"{row[1]}/{row[2]}"
 
 
-def _children_ending_with(pk: int, running: bool, steps=None) -> list[int]:
+def _children_ending_with(pk: int, running: bool, steps: QuerySet[Step] | None = None) -> list[int]:
     """The children that the instance's terminate or restart reaches (policy ``terminate``): running ones
     only if ``running``; only those created by the journal rows ``steps`` if given."""
     found = Instance.objects.filter(parent_id=pk, on_parent_end=ParentEndPolicy.TERMINATE)

@@ -32,6 +32,8 @@ runs to its end in an event loop of its own, inside the step's timeout.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
+from typing import Any, cast
 
 from django.core.exceptions import SynchronousOnlyOperation
 
@@ -42,7 +44,7 @@ from django_workflows.definition import parameters
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.step import WorkflowStep
+from django_workflows.step import PendingDo, WorkflowStep
 from django_workflows.step_functions import StepFunction
 
 _UNEXAMINED = object()
@@ -58,7 +60,8 @@ class Called:
 
     def __init__(self, kind, name, key, arguments, future):
         self.kind, self.name, self.key, self.arguments, self.future = kind, name, key, arguments, future
-        self.entry = _UNEXAMINED
+        # Its journal entry (or None) once looked up; _UNEXAMINED until then.
+        self.entry: Any = _UNEXAMINED
         # The Suspend this step asked for in this replay: it sits out the rest of it.
         self.parked: Suspend | None = None
 
@@ -174,7 +177,8 @@ class EventLoopRun:
         """Settle the steps the journal does not answer, in the order called; the outcomes of those
         settled. Bodies run side by side first; each is journaled in its turn."""
         replay = self.replay
-        outcomes, pending = {}, {}
+        outcomes: dict[Called, tuple[bool, Any]] = {}
+        pending: dict[Called, PendingDo] = {}
         for called in live:
             if called.kind != StepKind.DO:
                 continue
@@ -229,7 +233,7 @@ class EventLoopRun:
             loop.call_soon(loop.stop)
             loop.run_forever()
             # asyncio's queue of ready callbacks: empty when every task waits on a future.
-            if not loop._ready:
+            if not loop._ready:  # type: ignore[attr-defined]  # asyncio has no public way to ask
                 return
 
     def _close(self) -> None:
@@ -269,7 +273,7 @@ def _merged(suspensions: list[Suspend]) -> Suspend:
     if paused:
         return paused[0]
     timed = [suspension for suspension in suspensions if suspension.wake_at is not None]
-    earliest = min(timed, key=lambda suspension: suspension.wake_at) if timed else suspensions[0]
+    earliest = min(timed, key=lambda suspension: cast(datetime, suspension.wake_at)) if timed else suspensions[0]
     types = []
     for suspension in suspensions:
         types += [t for t in suspension.waiting_for or () if t not in types]
@@ -339,7 +343,7 @@ class AsyncWorkflowStep(WorkflowStep):
         self._loop_run.futures.append(task)
         return task
 
-    async def rollback_all(self, error=None):
+    async def rollback_all(self, error=None):  # type: ignore[override]  # awaited, as every step call here
         undone = []
         while (undo := self._replay.next_undo(error)) is not None:
             step_name, name, fn, config = undo

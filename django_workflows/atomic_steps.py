@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+from typing import Any
 from contextlib import ExitStack, contextmanager
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -49,7 +50,7 @@ class _RollBack(Exception):
     """The attempt failed: its transaction rolls back, and the failure is journaled after it."""
 
 
-def attempt_and_journal(steps, pending, number: int, journal_success) -> tuple:
+def attempt_and_journal(steps, pending, number: int, journal_success) -> tuple[Any, str | None]:
     """Run attempt ``number`` of an atomic step and, if it succeeds, journal it with
     ``journal_success(attempt) -> instance status``, in one transaction: ``(attempt, instance status)``,
     the status None when the attempt failed (nothing of it was committed; the caller journals the
@@ -83,6 +84,7 @@ def attempt_and_journal(steps, pending, number: int, journal_success) -> tuple:
     except IntegrityError as exc:
         # At the commit, a deferred constraint the body's writes broke (Django's foreign keys are
         # deferred): the body's failure, rolled back with its row.
+        assert outcome is not None  # the commit came after the attempt
         return outcome._replace(ended=clock.now(), text=None, value=None, failure=exc), None
     except DatabaseError as exc:
         # The commit's outcome is unknown (the connection dropped): the next replay reads the journal,

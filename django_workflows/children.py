@@ -39,6 +39,7 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind, StepStatus
+from django_workflows.replay_state import ReplayState
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import children as store
 from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
@@ -84,7 +85,7 @@ def outcome(payload: dict):
     raise rebuild_error(error)
 
 
-class ChildSteps:
+class ChildSteps(ReplayState):
     def child_creator(self, name: str, workflow, params, instance_id, on_parent_end):
         """Check ``step.child``'s arguments; return the body of its create step."""
         if not is_workflow_name(workflow):
@@ -118,7 +119,7 @@ class ChildSteps:
                                    f"{child_id!r}, which is not a child of this instance")
             return {"workflow": workflow, "id": child_id, "pk": pk, "step": key}
 
-        create.child_creator = True
+        create.child_creator = True  # type: ignore[attr-defined]  # the mark is_child_creator() reads
         return create
 
     def wait_for_child(self, name: str, created: dict, key: str | None = None):
@@ -131,7 +132,9 @@ class ChildSteps:
             if entry.status == StepStatus.SUCCEEDED:
                 return outcome(entry.result["payload"])
             if entry.status == StepStatus.FAILED:
+                assert entry.error is not None  # a failed step's row has its error
                 raise rebuild_error(entry.error)
+            assert entry.wake_at is not None  # a wait journaled as waiting has its deadline
             deadline = entry.wake_at
         else:
             deadline = clock.now() + CHILD_WAIT

@@ -19,12 +19,15 @@ earliest.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import cast
 
 from django.db import connections
 
 from django_workflows.control_flow import Suspend
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import InvalidStepInput
+from django_workflows.replay_state import ReplayState
 from django_workflows.validation import validate_step_name
 
 
@@ -42,7 +45,7 @@ def parse_calls(calls) -> list[tuple]:
     return parsed
 
 
-class ConcurrentSteps:
+class ConcurrentSteps(ReplayState):
     """The replay's side of ``step.all``. Mixed into the replay's steps (``step.JournaledSteps``), whose
     ``begin_do``, ``attempt`` and ``run_do`` each step goes through, as ``step.do`` does."""
 
@@ -79,7 +82,8 @@ class ConcurrentSteps:
             raise min(failures, key=lambda item: item[0])[1]
         if suspensions:
             paused = [suspension for suspension in suspensions if suspension.pause]
-            raise paused[0] if paused else min(suspensions, key=lambda suspension: suspension.wake_at)
+            # Each a step.do's retry, which has its wake time.
+            raise paused[0] if paused else min(suspensions, key=lambda suspension: cast(datetime, suspension.wake_at))
         return results
 
     def first_attempts_of(self, steps) -> list:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from django_workflows import clock
 from django_workflows.errors import InvalidStepInput, NonDeterminismError
 from django_workflows.models import StepKind, StepStatus
+from django_workflows.replay_state import ReplayState
 from django_workflows.store.journal import Entry
 from django_workflows.validation import validate_step_name
 
@@ -39,7 +40,7 @@ def marker_key(change_id: str) -> str:
     return f"patched({change_id})"
 
 
-class PatchSteps:
+class PatchSteps(ReplayState):
     def patched(self, change_id: str, deprecated: bool = False) -> bool:
         """Whether this instance takes the code guarded by ``change_id``; see the module's docstring.
         ``deprecated``: asked by ``step.deprecate_patch``, whose caller takes the new code whatever the

@@ -17,6 +17,7 @@ import threading
 import time
 import traceback
 from datetime import datetime, timedelta
+from typing import NoReturn
 
 from django.db import DatabaseError
 
@@ -284,7 +285,7 @@ class Replay(JournaledSteps):
             return self.suspend(self.suspended)
         return self.complete(output)
 
-    def _finish(self, end: dict | None = None, **fields) -> bool:
+    def _finish(self, end: dict | None = None, **fields) -> str | bool | None:
         """Release the lease with ``fields``; ``end`` is what a child workflow's parent receives as it
         ends (``children.end_payload``), sent in the same transaction. An instance without a parent
         writes one statement, as ever."""
@@ -502,7 +503,7 @@ class Replay(JournaledSteps):
                 step=self.running_step,
             ))
 
-    def fail_fatally(self, exc: WorkflowError):
+    def fail_fatally(self, exc: WorkflowError) -> NoReturn:
         # Remembered, so the instance is errored even if run() catches it.
         self.fatal = exc
         raise exc

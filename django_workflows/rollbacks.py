@@ -19,6 +19,7 @@ from typing import Any
 
 from django_workflows.definition import StepContext, StepIdentity, parameters
 from django_workflows.errors import WorkflowConfigError
+from django_workflows.replay_state import ReplayState
 
 ROLLBACK_KEYS = ("rollback", "rollback_config", "rollbackConfig")
 PREFIX = "rollback "
@@ -64,9 +65,14 @@ def call_with_named(fn, **available):
     return fn(**{name: value for name, value in available.items() if name in names})
 
 
-class UndoSteps:
+class UndoSteps(ReplayState):
     """The replay's side of undos: remembering each step that succeeded with one, and running them.
     Mixed into the replay's steps (``step.JournaledSteps``), whose ``do`` runs each undo as a step."""
+
+    # Steps that succeeded with an undo, in the order they succeeded, and the undo step running (kept by
+    # replay.Replay).
+    rollbacks: list[PendingUndo]
+    undoing: str | None
 
     def _context(self, name: str, key: str, attempt: int, policy) -> StepContext:
         # The count is the key's ("<name>-<count>"): steps run side by side may share a name.

@@ -13,9 +13,10 @@ import functools
 import inspect
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connections
 
@@ -40,7 +41,7 @@ from django_workflows.errors import (
     StepTimeoutError,
 )
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
-from django_workflows.policy import build_policy, default_policy
+from django_workflows.policy import StepPolicy, build_policy, default_policy
 from django_workflows.serialization import NotJournalable, encode
 from django_workflows.step_functions import StepFunction, wants_context
 from django_workflows.store.journal import Entry, encoded
@@ -63,8 +64,9 @@ class WorkflowStep:
         # function's parameter of that name receives that step's result.
         self._declared: dict[str, StepFunction] = {}
 
-    def do(self, name: str | None = None, fn=None, *, config: dict | None = None, depends=None,
-           concurrent: bool = False, atomic: bool = False):
+    def do(self, name: str | None = None, fn: Callable[..., Any] | None = None, *,
+           config: dict[str, Any] | None = None, depends: Sequence[StepFunction] | None = None,
+           concurrent: bool = False, atomic: bool = False) -> Any:
         """Run ``fn`` as a durable step named ``name``; or, without ``fn``, declare the decorated
         function as a step (``@step.do()`` names it after the function, ``@step.do("charge",
         depends=[reserve])`` runs ``reserve`` first and passes its result in), which its call runs.
@@ -84,7 +86,8 @@ class WorkflowStep:
                                    "@step.do(name, depends=[...])")
         return self._run_do(name, fn, config)
 
-    def with_rollback(self, name: str | None = None, *, config: dict | None = None, depends=None):
+    def with_rollback(self, name: str | None = None, *, config: dict[str, Any] | None = None,
+                      depends: Sequence[StepFunction] | None = None) -> Callable[[Callable[..., Any]], StepFunction]:
         """Declare a step with an undo (the Python SDK's form): ``@step.with_rollback("charge")``, then
         ``@charge.undo`` on the function that undoes it."""
         if name is not None:
@@ -97,25 +100,26 @@ class WorkflowStep:
         failed ``run()`` calls it by itself."""
         return self._replay.call(self._replay.rollback_all, error)
 
-    def all(self, calls) -> list:
+    def all(self, calls: Sequence[Sequence[Any]]) -> list[Any]:
         """Run ``step.do`` calls side by side (``[(name, fn), (name, fn, config), ...]``) and return their
         results in that order: ``Promise.all``. See ``django_workflows.concurrent_steps``."""
         return self._replay.call(self._replay.all_steps, calls)
 
-    def sleep(self, name: str, duration) -> None:
+    def sleep(self, name: str, duration: int | float | str | timedelta) -> None:
         """Wait ``duration`` (milliseconds, or "N unit(s)"), holding no worker."""
         self._replay.call(self._replay.sleep, name, duration=duration)
 
-    def sleep_until(self, name: str, timestamp) -> None:
+    def sleep_until(self, name: str, timestamp: datetime | int | float) -> None:
         """Wait until ``timestamp`` (an aware datetime, or epoch seconds), holding no worker."""
         self._replay.call(self._replay.sleep, name, until=timestamp)
 
-    def wait_for_event(self, name: str, type, timeout="24 hours") -> WorkflowStepEvent:  # noqa: A002
+    def wait_for_event(self, name: str, type: str | Sequence[str],  # noqa: A002
+                       timeout: int | float | str | timedelta = "24 hours") -> WorkflowStepEvent:
         """Wait for an event of ``type`` (or of any type in a list), up to ``timeout``."""
         return self._replay.call(self._replay.wait_for_event, name, type, timeout)
 
-    def child(self, name: str, workflow: str, params=None, id: str | None = None,  # noqa: A002
-              on_parent_end: str = "terminate"):
+    def child(self, name: str, workflow: str, params: Any = None, id: str | None = None,  # noqa: A002
+              on_parent_end: str = "terminate") -> Any:
         """Start an instance of ``workflow`` as this instance's child, and wait for its end: return its
         output, or raise its error here with its class (``InstanceTerminated`` if it was terminated).
 
@@ -166,11 +170,11 @@ class PendingDo:
     name: str
     key: str
     entry: Entry | None
-    fn: object
-    config: dict | None
-    policy: object
-    undo: object
-    undo_config: dict | None
+    fn: Callable[..., Any]
+    config: dict[str, Any] | None
+    policy: StepPolicy
+    undo: Callable[..., Any] | None
+    undo_config: dict[str, Any] | None
 
 
 class Attempt(NamedTuple):
@@ -188,11 +192,11 @@ class Attempt(NamedTuple):
     """Seconds the body took, end to end."""
     thread: int | None
     """The thread that ran the body (``threading.get_ident()``)."""
-    trace: tuple | None = None
+    trace: tuple[Any, int] | None = None
     """The attempt's span and when its body ended (``time.time_ns()``), with OpenTelemetry on; ended by
     ``run_do`` once the attempt's outcome (retried or not) is known."""
 
-    def journaled(self, number: int) -> dict:
+    def journaled(self, number: int) -> dict[str, Any]:
         """The attempt as ``Step.attempts`` keeps it (an error is added by the caller)."""
         return {"attempt": number, "start": _iso(self.started), "end": _iso(self.ended),
                 "success": self.failure is None, "cpu_ms": _ms(self.cpu), "wall_ms": _ms(self.wall)}
@@ -241,11 +245,12 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
 
     # step.do
 
-    def do(self, name: str, fn, config) -> object:
+    def do(self, name: str, fn: Callable[..., Any], config: dict[str, Any] | None) -> object:
         answered, outcome = self.begin_do(name, fn, config)
         return outcome if answered else self.run_do(outcome)
 
-    def begin_do(self, name: str, fn, config, key: str | None = None) -> tuple[bool, object]:
+    def begin_do(self, name: str, fn: Any, config: dict[str, Any] | None,
+                 key: str | None = None) -> tuple[bool, Any]:
         """Take the step's key (unless an async run() took it when it called the step) and look it up:
         ``(True, result)`` if the journal answers it (its error raised again if it failed),
         ``(False, PendingDo)`` if it must run now; a retry whose delay has not passed suspends."""
@@ -263,6 +268,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
             return True, entry.result
         if entry is not None and entry.status == StepStatus.FAILED:
             self.count_step(key, journaled=True)
+            assert entry.error is not None  # a failed step's row has its error
             raise rebuild_error(entry.error)
         self.count_step(key, journaled=entry is not None)
         if not callable(fn):
@@ -275,12 +281,13 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
             self.report.timer_fired(key, name, "retry", entry.wake_at, self.started_at)
         return False, PendingDo(name, key, entry, fn, config, policy, undo, undo_config)
 
-    def attempt(self, pending: PendingDo, number: int, journal=None, callers=None) -> Attempt:
+    def attempt(self, pending: PendingDo, number: int, journal: Any = None, callers: Any = None) -> Attempt:
         """Run attempt ``number`` of a pending step's body under its timeout. Nothing else runs between
         arming the timeout and disarming it, and an interrupted attempt's connections are discarded
         before it returns: the journal writes after it never meet a connection the interruption left
         mid-transaction. The body's CPU and wall time are measured in whichever thread runs it."""
         started = clock.now()
+        failure: BaseException | None
         text = value = failure = None
         body = pending.fn
         if wants_context(body):
@@ -310,7 +317,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
         except USER_FAILURES as exc:
             failure = exc
         finally:
-            if running is not None:
+            if lease is not None and running is not None:
                 lease.body_ended(running)
         return Attempt(started, clock.now(), text, value, failure, meter.cpu, meter.wall, meter.thread,
                        None if span is None else (span, time.time_ns()))
@@ -320,6 +327,7 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
         ``step.all``), journaled as this replay's first."""
         name, key, entry, policy = pending.name, pending.key, pending.entry, pending.policy
         attempts = list(entry.attempts) if entry is not None else []
+        outcome: Attempt
         while True:
             # A lease that lapsed or was lost may be another worker's now: its replay runs this body.
             self.writer.check_lease()
@@ -388,9 +396,10 @@ class JournaledSteps(rollbacks.UndoSteps, waits.WaitSteps, patches.PatchSteps, c
                 raise Suspend(pause=True, step_key=key)
             raise rebuilt from failure
 
-    def journal_success(self, pending: PendingDo, attempts: list, outcome: Attempt) -> str:
+    def journal_success(self, pending: PendingDo, attempts: list[dict[str, Any]], outcome: Attempt) -> str:
         """Journal the step as succeeded with ``attempts``, the last ``outcome``; return the instance's
         status."""
+        assert outcome.text is not None  # a succeeded attempt's result, encoded
         if pending.entry is None:
             _, status = self.writer.insert(
                 key=pending.key, name=pending.name, kind=StepKind.DO, status=StepStatus.SUCCEEDED,

@@ -61,7 +61,7 @@ class StepFunction:
         self._results.append(value)
         return value
 
-    def dependencies(self, names, given) -> list[tuple[str, StepFunction]]:
+    def dependencies(self, names, given) -> list[tuple[str | None, StepFunction]]:
         """The steps whose results this one takes, with the parameter each goes to (None: run first, not
         passed in): those of ``depends``, then those named by a parameter."""
         found = [(d.func.__name__ if d.func.__name__ in names and d.func.__name__ not in given else None, d)
@@ -94,7 +94,7 @@ class StepFunction:
             def body(ctx):
                 return func(*args, ctx=ctx, **kwargs)
         else:
-            def body():
+            def body():  # type: ignore[misc]  # no ctx parameter: how wants_context() tells the two apart
                 return func(*args, **kwargs)
         config = self.config
         if self.undo_handler is not None:

@@ -48,8 +48,10 @@ class _Verification(Replay):
         entry = super().lookup(key, kind)
         if entry is None or entry.status not in _FINISHED_STEP:
             # Raised again by every later step, should run() swallow it (Replay.call).
-            self.suspended = EndOfJournal()
-            raise self.suspended
+            end = EndOfJournal()
+            # Not a Suspend: nothing may suspend a verification, whose replay ends where its journal does.
+            self.suspended = end  # type: ignore[assignment]
+            raise end
         return entry
 
     def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:

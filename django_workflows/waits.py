@@ -14,6 +14,7 @@ from django_workflows.durations import parse_duration
 from django_workflows.error_journal import describe_error, rebuild_error
 from django_workflows.errors import InvalidEvent, InvalidStepInput, WorkflowConfigError, WorkflowTimeoutError
 from django_workflows.models import StepKind, StepStatus
+from django_workflows.replay_state import ReplayState
 from django_workflows.store.journal import Entry
 from django_workflows.validation import validate_event_type
 
@@ -22,7 +23,7 @@ MAX_WAIT = timedelta(days=365)
 _ZERO = timedelta(0)
 
 
-class WaitSteps:
+class WaitSteps(ReplayState):
     # step.sleep and step.sleep_until
 
     def sleep(self, name: str, *, duration=None, until=None, key: str | None = None) -> None:
@@ -36,6 +37,7 @@ class WaitSteps:
         if entry is not None:
             if entry.status == StepStatus.SUCCEEDED:
                 return
+            assert entry.wake_at is not None  # a sleep journaled as waiting has its wake time
             if entry.wake_at <= now:
                 _, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, ended_at=entry.wake_at)
                 self.report.timer_fired(key, name, "sleep", entry.wake_at, self.started_at)
@@ -98,7 +100,9 @@ class WaitSteps:
             if entry.status == StepStatus.SUCCEEDED:
                 return _step_event(entry.result)
             if entry.status == StepStatus.FAILED:
+                assert entry.error is not None  # a failed step's row has its error
                 raise rebuild_error(entry.error)
+            assert entry.wake_at is not None  # a wait journaled as waiting has its deadline
             deadline = entry.wake_at
         else:
             deadline = clock.now() + delta

@@ -11,7 +11,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from django_workflows import clock
-from django_workflows.admin.base import refuse_nul
+from django_workflows.admin.base import PageMixin, refuse_nul
 from django_workflows.admin.forms import DecisionForm
 from django_workflows.approvals import approval_awaited, awaiting_approval, decision_refused
 from django_workflows.models import InstanceStatus
@@ -20,7 +20,7 @@ from django_workflows.templatetags.workflows_admin import readable_json
 APPROVALS_PER_PAGE = 50
 
 
-class ApprovalQueue:
+class ApprovalQueue(PageMixin):
     """The queue's page and the decide view behind its buttons and the instance page's."""
 
     def approvals_view(self, request):

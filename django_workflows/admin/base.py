@@ -3,6 +3,8 @@ context of a page of its own, and the path of every button (POST only, through t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import BadRequest
@@ -96,3 +98,12 @@ class InstanceAdminBase(admin.ModelAdmin):
             self.message_user(request, f"{what} sent to {instance}.", messages.SUCCESS)
             # The admin's history of the instance records who sent what, beside Event.sender.
             self.log_change(request, instance, f"{what} sent.")
+
+
+# The base of each page's mixin: InstanceAdminBase for the type checker, which checks the mixin against
+# the ModelAdmin it is mixed into (``admin.InstanceAdmin``); object at run time, where that class's own
+# bases give the order.
+if TYPE_CHECKING:
+    PageMixin = InstanceAdminBase
+else:
+    PageMixin = object

@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.timezone import localtime
 
 from django_workflows import counts
-from django_workflows.admin.base import refuse_nul
+from django_workflows.admin.base import PageMixin, refuse_nul
 from django_workflows.approvals import awaiting_approval
 from django_workflows.definition import registry
 from django_workflows.describe import status_totals
@@ -80,7 +80,7 @@ def _natural(version: str) -> tuple:
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", version))
 
 
-class InstanceList:
+class InstanceList(PageMixin):
     """The ModelAdmin's changelist, with the columns and the status bar of a workflows admin."""
 
     list_display = (

@@ -10,6 +10,7 @@ from django.http import HttpResponseNotAllowed
 from django.urls import reverse
 
 from django_workflows import clock
+from django_workflows.admin.base import PageMixin
 from django_workflows.admin.forms import SendEventForm
 from django_workflows.admin.steering import steering_buttons
 from django_workflows.approvals import approval_awaited, decision_refused
@@ -37,7 +38,7 @@ RECEIVED_SHOWN = 50
 EVENTS_DRAWN = 300
 
 
-class InstancePage:
+class InstancePage(PageMixin):
     """The ModelAdmin's change form, shown read-only with the context of ``instance_context``."""
 
     change_form_template = "django_workflows/admin/instance_change_form.html"

@@ -4,12 +4,14 @@ done through the instance's handle, whose conditional update decides, and the ad
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
 
-from django_workflows.admin.base import handle_for
+from django_workflows.admin.base import PageMixin, handle_for
 from django_workflows.errors import InvalidTransition, WorkflowError
 from django_workflows.models import Instance
 from django_workflows.transitions import TRANSITIONS, offered
@@ -21,7 +23,7 @@ ROLLBACK_CONFIRM = ("Terminate this instance for good, after undoing its steps t
 def steering_buttons(instance: Instance) -> list[dict]:
     """The instance page's buttons: the changes an instance in its status accepts, and beside Terminate,
     Terminate and roll back (terminate(rollback=True))."""
-    buttons = []
+    buttons: list[dict[str, Any]] = []
     for transition in offered(instance.status):
         url = reverse("admin:django_workflows_instance_steer", args=[instance.pk, transition.action])
         buttons.append({"action": transition.action, "button": transition.button, "confirm": transition.confirm,
@@ -32,7 +34,7 @@ def steering_buttons(instance: Instance) -> list[dict]:
     return buttons
 
 
-class Steering:
+class Steering(PageMixin):
     """The steer view behind the instance page's buttons, and the list's bulk actions."""
 
     actions = ("pause_selected", "resume_selected", "terminate_selected", "restart_selected")

@@ -12,6 +12,7 @@ from django.http import Http404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from django_workflows.admin.base import PageMixin
 from django_workflows.definition import registry
 from django_workflows.describe import describe_limits, describe_workflow, workflow_status_totals
 from django_workflows.drawing.diagram import render_diagram
@@ -20,7 +21,7 @@ from django_workflows.outline import diagram_for
 from django_workflows.templatetags.workflows_admin import status_badge_html
 
 
-class WorkflowPages:
+class WorkflowPages(PageMixin):
     """The list of workflows, and each one's page, which the list's workflow column links to."""
 
     def workflows_view(self, request):

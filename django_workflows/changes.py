@@ -26,8 +26,12 @@ import os
 import pathlib
 import sqlite3
 import time
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+
+if TYPE_CHECKING:
+    import psycopg
 
 logger = logging.getLogger("django_workflows.changes")
 
@@ -90,7 +94,7 @@ class FileWatcher(ChangeWatcher):
             self._pin = None
 
     def _signature(self) -> tuple:
-        signature = []
+        signature: list[tuple[int, int, int] | None] = []
         for path in self.paths:
             try:
                 stat = os.stat(path)
@@ -122,7 +126,7 @@ class NotifyWatcher(ChangeWatcher):
         super().__init__(interval)
         self.alias = alias
         self.channel = channel
-        self.connection = None
+        self.connection: psycopg.Connection[Any] | None = None
 
     def _connect(self) -> None:
         import psycopg

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, router
 from django.db.models import Count
 
@@ -31,7 +31,7 @@ def _positive_int(value) -> bool:
 
 @register(Tags.compatibility)
 def check_settings(app_configs=None, **kwargs):
-    messages = []
+    messages: list[CheckMessage] = []
     user = getattr(settings, "DJANGO_WORKFLOWS", None) or {}
     if not isinstance(user, dict):
         return [Error("DJANGO_WORKFLOWS must be a dict.", hint="Set DJANGO_WORKFLOWS = {...} in settings.",
@@ -138,7 +138,7 @@ def check_settings(app_configs=None, **kwargs):
 
 @register(Tags.compatibility)
 def check_workflows(app_configs=None, **kwargs):
-    messages = []
+    messages: list[CheckMessage] = []
     for name, classes in sorted(registry.duplicates().items()):
         where = ", ".join(f"{cls.__module__}.{cls.__qualname__}" for cls in classes)
         messages.append(Error(
@@ -238,8 +238,10 @@ def _undeclared_waits(cls, options: WorkflowOptions) -> list[Error]:
     from django_workflows.outline import parse_workflow_class
 
     messages = []
+    # Called only when the class declares its events (WorkflowOptions.events_declared_rightly).
+    declared = options.events or {}
     for step in parse_workflow_class(cls).steps():
-        undeclared = [t for t in step.event_types or () if t not in options.events]
+        undeclared = [t for t in step.event_types or () if t not in declared]
         if undeclared:
             messages.append(Error(
                 f"{options.where}.run waits for {', '.join(map(repr, undeclared))} (step {step.label!r}, "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, cast
 
 from django.core.paginator import Paginator
 from django.db import connections
@@ -52,7 +53,8 @@ class Count:
 
 
 def _scalars(template: str, querysets: list[QuerySet]) -> tuple[list[str], list]:
-    parts, params = [], []
+    parts: list[str] = []
+    params: list[Any] = []
     for queryset in querysets:
         sql, own = queryset.query.sql_with_params()
         parts.append(template.format(sql=sql))
@@ -113,7 +115,8 @@ class CountingPaginator(Paginator):
 
     @cached_property
     def counted(self) -> Count:
-        return count(self.object_list)
+        # The admin's list pages querysets.
+        return count(cast(QuerySet, self.object_list))
 
     @cached_property
     def count(self) -> int:

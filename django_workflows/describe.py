@@ -9,6 +9,7 @@ CLI's tables and the admin's timeline as people read them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from django_workflows import clock, counts, signals
@@ -226,7 +227,8 @@ def describe_parent(instance: Instance) -> dict | None:
     (``workflow`` and ``id`` None if retention deleted it); None for an instance that is no child."""
     if instance.parent_id is None:
         return None
-    row = Instance.objects.filter(pk=instance.parent_id).values("workflow_name", "instance_id").first() or {}
+    row: Mapping[str, object] = (
+        Instance.objects.filter(pk=instance.parent_id).values("workflow_name", "instance_id").first() or {})
     return {"workflow": row.get("workflow_name"), "id": row.get("instance_id"), "pk": instance.parent_id,
             "step": instance.parent_step, "on_parent_end": instance.on_parent_end}
 
@@ -248,7 +250,7 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
     counts = {"steps": step_rows.count(), "events": event_rows.count()}
     steps = list(step_rows.order_by("id")[(steps_page - 1) * per_page:steps_page * per_page])
     events = list(event_rows.order_by("received_at", "id")[(events_page - 1) * per_page:events_page * per_page])
-    keys = {step.pk: step.key for step in steps}
+    keys: dict[int | None, str] = {step.pk: step.key for step in steps}
     missing = {event.consumed_by_id for event in events if event.consumed_by_id and event.consumed_by_id not in keys}
     if missing:
         keys.update(Step.objects.filter(pk__in=missing).values_list("pk", "key"))

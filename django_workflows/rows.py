@@ -10,6 +10,7 @@ datetime strings), so they read back exactly what ``Model.objects`` would give.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from django.db import models
 
@@ -22,7 +23,8 @@ class RowReader:
     def __init__(self, connection, model: type[models.Model], columns: Sequence[str]):
         self._converters: list[tuple[int, list[Callable], object]] = []
         for index, name in enumerate(columns):
-            field = model._meta.get_field(name)
+            # Columns of the model's own table: concrete fields, never a reverse relation.
+            field = cast("models.Field[Any, Any]", model._meta.get_field(name))
             expression = field.cached_col
             converters = connection.ops.get_db_converters(expression) + field.get_db_converters(connection)
             if converters:

@@ -175,7 +175,9 @@ class CronSchedule:
         or, in the second pass of a repeated hour, the reading before the clocks went back."""
         local = self.local(moment)
         if local.fold:
-            return (moment + local.replace(fold=0).utcoffset()).replace(tzinfo=None)
+            offset = local.replace(fold=0).utcoffset()
+            assert offset is not None  # a reading in the schedule's time zone
+            return (moment + offset).replace(tzinfo=None)
         return local.replace(tzinfo=None)
 
     def after(self, moment: datetime) -> datetime:

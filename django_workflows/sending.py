@@ -97,6 +97,7 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
         # The unique delivery column decides, not a look beforehand: a concurrent twin of this
         # request may have been stored in between.
         if idempotency_key is not None:
+            assert delivery is not None  # the key's, above
             first = _repeat_of(instance, delivery, type, payload, idempotency_key)
             if first is not None:
                 return SentEvent(first, sender, repeated=True)
@@ -160,4 +161,5 @@ def _store(instance, type, payload, sender: str, delivery: str | None) -> int:  
             f"Cannot send event {type!r} to instance {name}: it is {status} and will not wait for events again.",
             workflow=instance.workflow_name, instance_id=instance.id, status=status, action="send_event",
         )
+    assert event_id is not None  # stored: the instance exists, its inbox had room
     return event_id

@@ -47,6 +47,7 @@ committed; the spans from the engine's one hook around a replay and around a ste
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from django.db import DatabaseError, connections, router
 from django.db.models import Count
@@ -79,8 +80,10 @@ INSTRUMENTATION = "django_workflows"
 REPLAY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 LATENESS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
-_tracer = None
-_instruments = None
+# The tracer and the _Instruments while telemetry is on, None while it is off; the functions that use them
+# run only while it is on (ENABLED).
+_tracer: Any = None
+_instruments: Any = None
 _observing_queue = False
 
 

@@ -64,9 +64,13 @@ import math
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, cast
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+if TYPE_CHECKING:
+    from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
 
 from django_workflows.control_flow import AttemptTimedOut
 
@@ -220,7 +224,7 @@ def _raising_lost_interruptions_again(report):
         if not watchdog.raise_again_if_lost(unraisable.exc_type):
             report(unraisable)
 
-    hook.raises_lost_interruptions_again = True
+    hook.raises_lost_interruptions_again = True  # type: ignore[attr-defined]  # the mark the watchdog looks for
     return hook
 
 
@@ -312,7 +316,7 @@ def discard(wrapper: BaseDatabaseWrapper) -> None:
             _roll_back(wrapper.vendor, raw)
         except Exception:
             pass
-        if wrapper.vendor != "sqlite" or not wrapper.is_in_memory_db():
+        if wrapper.vendor != "sqlite" or not cast("SQLiteDatabaseWrapper", wrapper).is_in_memory_db():
             try:
                 raw.close()
             except Exception:
@@ -334,7 +338,8 @@ def discard(wrapper: BaseDatabaseWrapper) -> None:
     wrapper.savepoint_state = 0
     wrapper.commit_on_exit = True
     wrapper.needs_rollback = False
-    wrapper.rollback_exc = None
+    # Set by Django's BaseDatabaseWrapper, which django-stubs leave it out of.
+    wrapper.rollback_exc = None  # type: ignore[attr-defined]
     wrapper.closed_in_transaction = False
     wrapper.run_on_commit = []
     wrapper.run_commit_hooks_on_set_autocommit_on = False

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import Any
 from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connections, router
@@ -38,7 +39,7 @@ PURGE_PAUSE = 0.1
 
 def _children_of(pid: int) -> list[int]:
     """Direct children of ``pid``, read from /proc (Linux); empty where /proc is missing."""
-    children = []
+    children: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -62,7 +63,8 @@ def _children_of(pid: int) -> list[int]:
 _PR_SET_PDEATHSIG = 1
 _fork_depth = 0  # 0 in the command, 1 in the sentinel, 2 in its workers, pusher and monitor
 _forking_parent = 0
-_prctl = None
+# libc's prctl once looked up, False where there is none (not Linux), None before the first look.
+_prctl: Any = None
 
 
 def _remember_parent() -> None:
@@ -98,7 +100,8 @@ class ClusterProcess:
 
     def __init__(self, workers: int | None):
         self.workers = workers
-        self.cluster = None
+        # django-q2's Cluster, once started.
+        self.cluster: Any = None
 
     def start(self) -> None:
         from django_q.cluster import Cluster
@@ -360,6 +363,7 @@ class Worker:
         cluster wedged inside a write transaction on SQLite makes those writes fail, so a probe that
         could not even be sent counts as unanswered too, and is sent again at the next look.
         """
+        assert self.cluster is not None  # watched only with a cluster (sweep_and_beat)
         if not self.cluster.alive:
             logger.error("The django-q2 cluster is gone; starting it again.")
             self.restart_cluster()
@@ -398,6 +402,7 @@ class Worker:
         probe only when one of them is free, and must not be killed for it.
         """
         leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
+        assert self.cluster is not None  # asked only with a cluster (watch_cluster)
         owners = [f"{leases.this_host()}:{pid}:" for pid in self.cluster.pids()]
         if owners:
             holding = Q()
@@ -412,6 +417,7 @@ class Worker:
         # A wedged cluster cannot stop gracefully (its workers would finish their current task, and
         # that task is what is stuck): it is killed at once, as a crash would end it. The replays it
         # held resume elsewhere when their leases are reclaimed.
+        assert self.cluster is not None  # restarted only with a cluster (watch_cluster)
         if wedged:
             self.cluster.kill()
         else:

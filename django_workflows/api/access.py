@@ -3,6 +3,8 @@ operations and the schema that describes them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rest_framework.authentication import BasicAuthentication
 from rest_framework.exceptions import NotAuthenticated
 
@@ -25,7 +27,14 @@ def default_authenticators() -> list[type]:
     return classes
 
 
-class APIAccess:
+# The views APIAccess is mixed into, for the type checker; object at run time, where they give the order.
+if TYPE_CHECKING:
+    from rest_framework.views import APIView as _View
+else:
+    _View = object
+
+
+class APIAccess(_View):
     """A mixin for DRF views: the API's authenticators, its 401s and its JSON errors."""
 
     def get_authenticators(self):

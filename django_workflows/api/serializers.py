@@ -4,6 +4,8 @@ Responses are written here too: a view answers with ``Serializer(value).data``, 
 ``django_workflows.describe`` made, so that the schema drf-spectacular draws from these classes and
 the answers cannot disagree."""
 
+from typing import TYPE_CHECKING
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -24,7 +26,14 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class RejectUnknownFields:
+# The serializers RejectUnknownFields is mixed into, for the type checker; object at run time.
+if TYPE_CHECKING:
+    from rest_framework.serializers import Serializer as _Serializer
+else:
+    _Serializer = object
+
+
+class RejectUnknownFields(_Serializer):
     """A field the API does not know is refused, not ignored: a typo must not pass silently."""
 
     def to_internal_value(self, data):

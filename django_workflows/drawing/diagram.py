@@ -9,6 +9,7 @@ it always returns or raises). Steps are marked with the progress of an instance 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 
 from django_workflows.drawing.svg import ARROW_DEFS, CHAR_WIDTH, Canvas, Drawing, fit
 from django_workflows.outline import Branch, Diagram, Exit, Loop, Step, Try
@@ -208,7 +209,7 @@ class ColumnsBlock(Block):
         self,
         head: str,
         head_title: str,
-        columns: list[tuple[str, Block]],
+        columns: Sequence[tuple[str, Block]],
         *,
         error_from: int | None = None,
         diamond: bool = False,
@@ -346,7 +347,7 @@ class LoopBlock(Block):
         canvas.line(center, bottom + 10, center, y + self.height, class_="dw-edge")
 
 
-def build(nodes, progress: Progress) -> Block:
+def build(nodes, progress: Progress) -> SequenceBlock:
     blocks: list[Block] = []
     for node in nodes:
         if isinstance(node, Step):

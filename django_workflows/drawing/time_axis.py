@@ -97,6 +97,8 @@ class TimeAxis:
         ahead = (self.end - self.last).total_seconds()
         self.ahead = ahead
         self.shortened = past > 0 and ahead > AHEAD_SHARE * (past + ahead)
+        # Where the axis is broken to shorten the time ahead (None: not shortened).
+        self.break_x: float | None
         if self.shortened:
             self.break_x = left + width * (1 - AHEAD_SHARE)
             self.per_second = (self.break_x - left) / past

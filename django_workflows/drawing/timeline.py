@@ -145,6 +145,7 @@ class Timeline:
         """Where the axis stops being to scale: a gap cut through the axis and the rows, so that a bar
         crossing it is seen to be broken, and the real length of what lies beyond."""
         scale = self.scale
+        assert scale.break_x is not None  # drawn only on a shortened axis
         x = scale.break_x + 4
         title = (
             f"{human_duration(scale.ahead)} from {self.at(scale.last)} to {self.at(scale.end)}, "
@@ -329,7 +330,9 @@ class Timeline:
                 "dw-event dw-event-consumed",
                 f"{event_type} from {sender}, consumed at {self.at(end)}",
             )
-            text, label_x, place = self.event_label(step)
+            label = self.event_label(step)
+            assert label is not None  # a wait that took its event: succeeded, with an end
+            text, label_x, place = label
             if place == "beside":
                 canvas.text(label_x, y + 4, text, class_="dw-event-text")
             else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.core.checks import Error, Warning
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import router
 
 from django_workflows.errors import WorkflowConfigError, require_extra
@@ -97,7 +97,7 @@ class DjangoQExecutor(BaseExecutor):
         from django_workflows.durations import parse_duration
 
         conf = q_cluster()
-        messages = []
+        messages: list[CheckMessage] = []
         if not any(conf.get(broker) for broker in ("orm", "redis", "django_redis", "sqs", "iron_mq", "mongo")):
             messages.append(Warning(
                 "Q_CLUSTER names no broker, so django-q2 falls back to Redis on localhost.",

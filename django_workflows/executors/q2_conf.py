@@ -77,6 +77,8 @@ def _rebuild_django_q_conf() -> None:
     from django_q.conf import Conf
 
     spec = importlib.util.find_spec("django_q.conf")
+    # Found: Conf was imported from it just above.
+    assert spec is not None and spec.loader is not None
     scratch = importlib.util.module_from_spec(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its warnings were about the empty configuration, if any

@@ -27,14 +27,15 @@ class Reader:
     class, so a helper such as ``self.notify(step)`` is drawn where it is called.
     """
 
-    def __init__(self, step_name: str, methods: dict[str, ast.FunctionDef], line_offset: int):
+    def __init__(self, step_name: str, methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef],
+                 line_offset: int):
         self.step_name = step_name
         self.methods = methods
         self.line_offset = line_offset
         # Local functions in scope: decorated steps (``@step.do("b") def b(): ...``) become a step
         # where they are called; plain helpers that take steps are drawn inline where they are called.
         self.decorated: list[dict[str, Step]] = [{}]
-        self.helpers: list[dict[str, ast.FunctionDef]] = [{}]
+        self.helpers: list[dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = [{}]
         self.expanding: set[str] = set()
 
     def line(self, node) -> int:
@@ -124,12 +125,12 @@ class Reader:
             return [*nodes, *self.expand(method_def, f"method:{node.func.attr}", node)]
         return nodes
 
-    def expand(self, function: ast.FunctionDef, key: str, call: ast.Call | None = None) -> list:
+    def expand(self, function: ast.FunctionDef | ast.AsyncFunctionDef, key: str, call: ast.Call | None = None) -> list:
         """A helper's steps, drawn where it is called. A method is followed only when it receives the
         step object; recursion is drawn once."""
         if key in self.expanding:
             return []
-        step_name = self.step_name
+        step_name: str | None = self.step_name
         if call is not None:
             # self.helper(step) or self.helper(x, step=step): the helper names the step parameter itself.
             params = [arg.arg for arg in function.args.args[1:]]
@@ -140,9 +141,10 @@ class Reader:
             for kw in call.keywords:
                 if isinstance(kw.value, ast.Name) and kw.value.id == self.step_name:
                     step_name = kw.arg
-            if step_name is None:
-                return []
-        outer, self.step_name = self.step_name, step_name
+        if step_name is None:
+            return []
+        outer = self.step_name
+        self.step_name = step_name
         self.expanding.add(key)
         try:
             return self.block(function.body)
@@ -204,9 +206,9 @@ class Reader:
             return self.match_statement(node)
         if isinstance(node, ast.Return):
             value = "" if node.value is None else source(node.value)
-            if isinstance(node.value, ast.Call) and self.step_method(node.value):
+            if isinstance(node.value, ast.Call) and (method := self.step_method(node.value)):
                 # return step.do("charge", ...): the step is drawn; the exit says what it returns.
-                value = f"the result of {self.make_step(self.step_method(node.value), node.value).label}"
+                value = f"the result of {self.make_step(method, node.value).label}"
             return [*self.expression(node.value), Exit("return", value, self.line(node))]
         if isinstance(node, ast.Raise):
             value = "" if node.exc is None else source(node.exc)

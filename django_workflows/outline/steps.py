@@ -7,6 +7,7 @@ Also how an expression's source is kept as text: shortened, except a condition, 
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from django_workflows.outline.nodes import Step
 
@@ -106,7 +107,7 @@ def make_step(method: str, call: ast.Call, lineno: int) -> Step:
     elif method == "sleep_until":
         detail = "until " + (source(args["timestamp"]) if "timestamp" in args else "?")
     else:
-        types = _literal(args["type"]) if "type" in args else None
+        types: Any = _literal(args["type"]) if "type" in args else None
         if isinstance(types, str):
             types = [types]
         literal = isinstance(types, list) and all(isinstance(t, str) for t in types)

@@ -51,6 +51,8 @@ test-sqlite: $(VENV)/.installed
 	$(SQLITE_ENV) $(PY) -m django makemigrations --check --dry-run
 	@echo "== the package's layers (pyproject.toml, [tool.importlinter])"
 	$(VENV)/bin/lint-imports
+	@echo "== types (mypy)"
+	$(VENV)/bin/mypy
 	@echo "== pytest on SQLite"
 	$(SQLITE_ENV) $(PY) -m pytest $(TEST_PATHS)
 
@@ -89,7 +91,7 @@ demo-smoke: $(VENV)/.installed-demo
 	SQLITE_PATH=$(CURDIR)/example_project/demo-smoke.sqlite3 $(MAKE) demo DEMO_ARGS="--exit-when-settled --port 0"
 
 clean:
-	rm -rf $(VENV) .pytest_cache example_project/db.sqlite3* dist site
+	rm -rf $(VENV) .pytest_cache .mypy_cache example_project/db.sqlite3* dist site
 
 # The site needs only MkDocs and its plugins: the API reference reads the package's source, not an import.
 $(VENV)/.installed-docs: docs/requirements.txt

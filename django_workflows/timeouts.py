@@ -76,10 +76,24 @@ from django_workflows.control_flow import AttemptTimedOut
 
 
 def _set_async_exc(thread_id: int, exc_type) -> None:
-    # ``None`` passes NULL, which withdraws a pending exception.
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), None if exc_type is None else ctypes.py_object(exc_type)
-    )
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
+
+
+def _a_check() -> None:
+    """Nothing: the interpreter looks for a pending asynchronous exception as a function starts."""
+
+
+def _drop_a_pending_interruption() -> None:
+    """In the attempt's thread, once its watch is done: an interruption fired but not yet raised is raised
+    here, at a check made for it, and dropped.
+
+    Not withdrawn with ``PyThreadState_SetAsyncExc(id, NULL)``: on CPython 3.11 that leaves the
+    interpreter's flag of pending work set for good, and the next profile or trace function set in the
+    process (a profiler, a debugger, coverage) then spins for ever at the next function call."""
+    try:
+        _a_check()
+    except AttemptTimedOut:
+        pass
 
 
 # Seconds between two interruptions of an attempt that has not ended after the first.
@@ -155,8 +169,8 @@ class Watchdog:
                 # still land in: a second unwatch then finds nothing left to do but the withdrawal.
                 if self._fired.get(entry.thread_id) is entry:
                     del self._fired[entry.thread_id]
-                # The interruption may still be pending in this thread: withdraw it.
-                _set_async_exc(entry.thread_id, None)
+                # The interruption may still be pending in this thread: let it land, and drop it.
+                _drop_a_pending_interruption()
                 return
             self._finished += 1
             if self._finished > 64 and self._finished * 2 > len(self._heap):

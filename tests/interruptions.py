@@ -16,7 +16,7 @@ import threading
 import time
 
 from django_workflows.control_flow import AttemptTimedOut
-from django_workflows.timeouts import _set_async_exc, watchdog
+from django_workflows.timeouts import _drop_a_pending_interruption, watchdog
 
 
 @contextlib.contextmanager
@@ -97,4 +97,4 @@ def disarmed_on_exit():
                 if entry.thread_id == me:
                     entry.done = True
             watchdog._fired.pop(me, None)
-            _set_async_exc(me, None)
+            _drop_a_pending_interruption()

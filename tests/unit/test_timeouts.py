@@ -1,6 +1,7 @@
 """The attempt watchdog: deadlines fire, finished attempts neither pile up nor wake its thread, and an
 attempt that ends as its deadline fires leaves no watch armed."""
 
+import os
 import random
 import sys
 import threading
@@ -202,3 +203,40 @@ def _time(fn) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
+
+
+def test_a_process_whose_attempt_swallowed_its_interruption_can_still_be_profiled():
+    """An attempt that caught its interruption and returned has its watch ended with the interruption
+    dropped, not withdrawn: on CPython 3.11, withdrawing leaves the interpreter's flag of pending work
+    set, and the process then hangs at the next call under a profile or trace function (a profiler, a
+    debugger, coverage). A process of its own, so that a hang is a timeout here, not the suite's."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from django_workflows.control_flow import AttemptTimedOut\n"
+        "from django_workflows.timeouts import call_with_timeout\n"
+        "def swallows():\n"
+        "    try:\n"
+        "        while True:\n"
+        "            pass\n"
+        "    except AttemptTimedOut:\n"
+        "        return 'swallowed'\n"
+        "try:\n"
+        "    call_with_timeout(swallows, 0.01)\n"
+        "except AttemptTimedOut:\n"
+        "    pass\n"
+        "def called():\n"
+        "    return 1\n"
+        "sys.setprofile(lambda *args: None)\n"
+        "called()\n"
+        "sys.setprofile(None)\n"
+        "sys.settrace(lambda *args: None)\n"
+        "called()\n"
+        "sys.settrace(None)\n"
+        "print('profiled')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20,
+                          env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"})
+    assert done.stdout.strip() == "profiled", done.stderr[-2000:]

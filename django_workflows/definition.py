@@ -24,6 +24,28 @@ def kebab_case(name: str) -> str:
     return _KEBAB_BOUNDARY.sub("-", name).replace("_", "-").lower()
 
 
+class _ReadAsMapping:
+    """Lets a frozen dataclass be read as Cloudflare's Python SDK reads its context, a dict converted
+    from JavaScript (``ctx["attempt"]``, ``ctx["step"]["name"]``, ``"config" in ctx``), as well as by
+    attribute (``ctx.attempt``)."""
+
+    __slots__ = ()
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)]  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(f"{key!r}: it has {', '.join(map(repr, self.keys()))}")
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.keys() else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+
 @dataclass(frozen=True)
 class WorkflowEvent:
     """What ``run()`` receives: the instance's params and identity. Read-only.
@@ -196,34 +218,13 @@ def discover() -> None:
 
 
 @dataclass(frozen=True)
-class WorkflowStepEvent:
-    """What ``step.wait_for_event`` returns: the event that arrived."""
+class WorkflowStepEvent(_ReadAsMapping):
+    """What ``step.wait_for_event`` returns: the event that arrived, read as attributes
+    (``received.payload``) or as Cloudflare's Python SDK reads it, as keys (``received["payload"]``)."""
 
     type: str
     payload: Any
     timestamp: datetime
-
-
-class _ReadAsMapping:
-    """Lets a frozen dataclass be read as Cloudflare's Python SDK reads its context, a dict converted
-    from JavaScript (``ctx["attempt"]``, ``ctx["step"]["name"]``, ``"config" in ctx``), as well as by
-    attribute (``ctx.attempt``)."""
-
-    __slots__ = ()
-
-    def keys(self) -> list[str]:
-        return [f.name for f in fields(self)]  # type: ignore[arg-type]
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.keys():
-            raise KeyError(f"{key!r}: a step context has {', '.join(map(repr, self.keys()))}")
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key) if key in self.keys() else default
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys()
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,12 @@ def describe_error(exc: BaseException) -> dict:
 def _journalable_arguments(arguments: tuple) -> list | None:
     """``arguments`` as a JSON list that reads back the same, or None: never pickled, never a repr."""
     try:
-        text = json.dumps(list(arguments))
+        text = json.dumps(list(arguments), ensure_ascii=False)
     except (TypeError, ValueError):
         return None
-    if len(text) > _MAX_ARGUMENTS or storable_text(text) != text or json.loads(text) != list(arguments):
+    # JSON escapes NUL, which PostgreSQL's jsonb refuses all the same; a lone surrogate stays raw here.
+    if len(text) > _MAX_ARGUMENTS or "\\u0000" in text or storable_text(text) != text \
+            or json.loads(text) != list(arguments):
         return None
     return list(arguments)
 

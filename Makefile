@@ -1,4 +1,5 @@
-# make test   - checks, migrations, layers, then the unit and integration tiers (tests/unit, tests/integration,
+# make test   - checks, migrations, layers, then the unit, integration and conformance tiers (tests/unit,
+#               tests/integration, tests/conformance,
 #               the example project's tests) on SQLite, then on PostgreSQL if reachable: a few minutes
 # make test-all - the same with the system tier (tests/system: worker processes, a browser, load, a fresh
 #               project, the demo): what CI runs, about 20 minutes on two cores
@@ -24,7 +25,7 @@ TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 SQLITE_ENV := env -u DATABASE_URL $(TEST_ENV)
 # TIERS=all adds the system tier (make test-all); pytest's testpaths name every tier.
 TIERS ?= fast
-TEST_PATHS := $(if $(filter all,$(TIERS)),,tests/unit tests/integration example_project)
+TEST_PATHS := $(if $(filter all,$(TIERS)),,tests/unit tests/integration tests/conformance example_project)
 
 .PHONY: test test-all test-sqlite test-postgres chaos demo demo-smoke clean bench dist docs chromium faketime
 

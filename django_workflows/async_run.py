@@ -44,6 +44,7 @@ from django_workflows.definition import parameters
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepKind, StepStatus
+from django_workflows.rollbacks import raise_failures
 from django_workflows.step import PendingDo, WorkflowStep
 from django_workflows.step_functions import StepFunction
 
@@ -289,6 +290,7 @@ class AsyncStepFunction(StepFunction):
         return self._call(args, kwargs)
 
     async def _call(self, args, kwargs):
+        self.refuse_without_undo()
         names = parameters(self.func)
         given = set(names[: len(args)]) | set(kwargs)
         unresolved = [d for _, d in self.dependencies(names, given) if not d._results]
@@ -343,12 +345,21 @@ class AsyncWorkflowStep(WorkflowStep):
         self._loop_run.futures.append(task)
         return task
 
-    async def rollback_all(self, error=None):  # type: ignore[override]  # awaited, as every step call here
-        undone = []
-        while (undo := self._replay.next_undo(error)) is not None:
-            step_name, name, fn, config = undo
-            await self._run_do(name, fn, config)
-            undone.append(step_name)
+    async def rollback_all(self, error=None, *, continue_on_error=False):  # type: ignore[override]  # awaited, as every step call here
+        undone: list[str] = []
+        failures: list[Exception] = []
+        with self._replay.undos_running():
+            while (undo := self._replay.next_undo(error)) is not None:
+                step_name, name, fn, config = undo
+                try:
+                    await self._run_do(name, fn, config)
+                except Exception as failure:
+                    if not continue_on_error or self._replay.fatal is not None:
+                        raise
+                    failures.append(failure)
+                    continue
+                undone.append(step_name)
+        raise_failures(failures)
         return undone
 
 

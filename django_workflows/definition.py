@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -22,6 +22,28 @@ _KEBAB_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 def kebab_case(name: str) -> str:
     """``PaymentApproval`` -> ``payment-approval``; ``HTTPCheck`` -> ``http-check``."""
     return _KEBAB_BOUNDARY.sub("-", name).replace("_", "-").lower()
+
+
+class _ReadAsMapping:
+    """Lets a frozen dataclass be read as Cloudflare's Python SDK reads its context, a dict converted
+    from JavaScript (``ctx["attempt"]``, ``ctx["step"]["name"]``, ``"config" in ctx``), as well as by
+    attribute (``ctx.attempt``)."""
+
+    __slots__ = ()
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self)]  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(f"{key!r}: it has {', '.join(map(repr, self.keys()))}")
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.keys() else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
 
 
 @dataclass(frozen=True)
@@ -196,8 +218,9 @@ def discover() -> None:
 
 
 @dataclass(frozen=True)
-class WorkflowStepEvent:
-    """What ``step.wait_for_event`` returns: the event that arrived."""
+class WorkflowStepEvent(_ReadAsMapping):
+    """What ``step.wait_for_event`` returns: the event that arrived, read as attributes
+    (``received.payload``) or as Cloudflare's Python SDK reads it, as keys (``received["payload"]``)."""
 
     type: str
     payload: Any
@@ -205,7 +228,7 @@ class WorkflowStepEvent:
 
 
 @dataclass(frozen=True)
-class StepIdentity:
+class StepIdentity(_ReadAsMapping):
     name: str
     """The name given to step.do."""
     count: int
@@ -213,10 +236,11 @@ class StepIdentity:
 
 
 @dataclass(frozen=True)
-class StepContext:
+class StepContext(_ReadAsMapping):
     """What a step function receives when it declares a ``ctx`` parameter (Cloudflare's
     ``WorkflowStepContext``): which step this is, which attempt, and its config with the defaults
-    applied (durations in milliseconds)."""
+    applied (durations in milliseconds). Read as attributes (``ctx.step.name``) or, as Cloudflare's
+    Python SDK reads it, as keys (``ctx["step"]["name"]``, ``ctx["attempt"]``)."""
 
     step: StepIdentity
     attempt: int

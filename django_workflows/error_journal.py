@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import json
+from typing import Any
 
 from django_workflows.errors import WorkflowError
 from django_workflows.serialization import storable_text
@@ -10,14 +12,36 @@ from django_workflows.serialization import storable_text
 # What user code may raise that fails its step or its instance rather than the worker, SystemExit and
 # KeyboardInterrupt included (Replay._run says why).
 USER_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
+# Arguments longer than this (as JSON) are not journaled: the message stands for them.
+_MAX_ARGUMENTS = 4096
 
 
 def describe_error(exc: BaseException) -> dict:
-    """An error as it is journaled: Cloudflare's ``{name, message}``, plus where its class lives."""
+    """An error as it is journaled: Cloudflare's ``{name, message}``, plus where its class lives, and its
+    arguments when the message alone would not rebuild it (``KeyError("sku")``, whose message is
+    ``'sku'``; ``NonRetryableError()``; an error class taking several arguments)."""
     cls = type(exc)
     # storable_text: a message may hold NUL or half a surrogate pair, which the journal cannot store.
     message = storable_text(str(exc))
-    return {"name": cls.__name__, "message": message, "type": f"{cls.__module__}:{cls.__qualname__}"}
+    described: dict[str, Any] = {"name": cls.__name__, "message": message,
+                                  "type": f"{cls.__module__}:{cls.__qualname__}"}
+    arguments = _journalable_arguments(exc.args)
+    if arguments is not None and arguments != [message]:
+        described["args"] = arguments
+    return described
+
+
+def _journalable_arguments(arguments: tuple) -> list | None:
+    """``arguments`` as a JSON list that reads back the same, or None: never pickled, never a repr."""
+    try:
+        text = json.dumps(list(arguments), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+    # JSON escapes NUL, which PostgreSQL's jsonb refuses all the same; a lone surrogate stays raw here.
+    if len(text) > _MAX_ARGUMENTS or "\\u0000" in text or storable_text(text) != text \
+            or json.loads(text) != list(arguments):
+        return None
+    return list(arguments)
 
 
 class StepFailed(WorkflowError):
@@ -45,9 +69,10 @@ def rebuild_error(error: dict) -> Exception:
             cls = None
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         return StepFailed(f"{error.get('name', 'Error')}: {message}", error_name=error.get("name"))
+    arguments = error.get("args")
     try:
-        exc = cls(message)
+        exc = cls(*arguments) if isinstance(arguments, list) else cls(message)
     except Exception:
         exc = cls.__new__(cls)
-        Exception.__init__(exc, message)
+        Exception.__init__(exc, *(arguments if isinstance(arguments, list) else [message]))
     return exc

@@ -364,6 +364,7 @@ class Replay(JournaledSteps):
                 raise self.fatal from None
             described = describe_error(undo_failure)
             del described["type"]
+            described.pop("args", None)
             # The undo that failed was taken off the list; those before it were undone.
             return rollbacks.outcome(undone - len(self.rollbacks) - 1, failed_step=self.undoing, error=described)
         return rollbacks.outcome(undone)
@@ -393,6 +394,7 @@ class Replay(JournaledSteps):
         error = {**describe_error(stop), "rollback": outcome}
         end = children.end_payload(InstanceStatus.TERMINATED, error=dict(error)) if self.instance.parent_id else None
         del error["type"]
+        error.pop("args", None)
         if not self._finish(end, status=InstanceStatus.TERMINATED, terminating=False, error=error, ended_at=clock.now(),
                             wake_at=None, waiting_for=None, current_step=""):
             raise Fenced()
@@ -403,6 +405,7 @@ class Replay(JournaledSteps):
         error = describe_error(exc)
         end = children.end_payload(InstanceStatus.ERRORED, error=dict(error)) if self.instance.parent_id else None
         del error["type"]
+        error.pop("args", None)
         if rollback is not None:
             error["rollback"] = rollback
         now = clock.now()

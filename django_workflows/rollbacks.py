@@ -8,12 +8,22 @@ durable step of its own named ``rollback <step name>``, with its own retries and
 out a retry delay suspends the instance like any step; the next replay fails ``run()`` the same way,
 finds the finished undos in the journal and goes on with the rest.
 
-The handler receives, by the names it declares, ``output`` (the undone step's result), ``error`` (why
-the instance failed) and ``ctx`` (the undone step's context).
+Two ways of writing a handler, told apart by its signature:
+
+- Named (this project's form): every parameter it declares is one of ``output`` (the undone step's
+  result), ``error`` (why the instance failed) and ``ctx`` (the undone step's context), and it receives
+  those it declares, by name: ``def release(output)``, ``def refund(output, error, ctx)``, ``lambda: ...``.
+- Positional (Cloudflare's Python SDK): any other signature, ``def undo(error, value)``, ``def undo(err,
+  order)``, ``def undo(*args)``: it is called as Cloudflare calls it, ``undo(error, value)``, with the
+  context as ``ctx=`` as well if it declares a parameter of that name.
+
+A handler whose parameters are exactly ``(error, output)`` reads the same either way.
 """
 
 from __future__ import annotations
 
+import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +68,30 @@ def outcome(undone: int, failed_step: str | None = None, error: dict | None = No
     return {"status": "failed", "undone": undone, "step": failed_step, "error": error}
 
 
+NAMED_ARGUMENTS = frozenset({"output", "error", "ctx"})
+
+
+def takes_named_arguments(fn) -> bool:
+    """Whether an undo handler is written in the named form: it declares no parameter but ``output``,
+    ``error`` and ``ctx``, and no ``*args`` or ``**kwargs`` (the module's docstring says why)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    return all(parameter.name in NAMED_ARGUMENTS and parameter.kind not in (
+        inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        for parameter in signature.parameters.values())
+
+
+def call_undo(fn, output, error, ctx):
+    """Call an undo handler as its form asks: by name, or Cloudflare's ``(error, value)``."""
+    if takes_named_arguments(fn):
+        return call_with_named(fn, output=output, error=error, ctx=ctx)
+    if "ctx" in parameters(fn)[2:]:
+        return fn(error, output, ctx=ctx)
+    return fn(error, output)
+
+
 def call_with_named(fn, **available):
     """Call ``fn`` with those of ``available`` it declares by name (a handler's ``output``, ``error`` and
     ``ctx``), so a handler declares only what it reads."""
@@ -90,16 +124,48 @@ class UndoSteps(ReplayState):
         pending = self.rollbacks.pop()
 
         def undo():
-            return call_with_named(pending.handler, output=pending.output, error=error, ctx=pending.context)
+            return call_undo(pending.handler, pending.output, error, pending.context)
 
         self.undoing = PREFIX + pending.step_name
         return pending.step_name, self.undoing, undo, pending.config
 
-    def rollback_all(self, error) -> list[str]:
-        """Run the remembered undos, last first; return the names of the steps undone, in that order."""
-        undone = []
-        while (undo := self.next_undo(error)) is not None:
-            step_name, name, fn, config = undo
-            self.do(name, fn, config)
-            undone.append(step_name)
+    def rollback_all(self, error, continue_on_error: bool = False) -> list[str]:
+        """Run the remembered undos, last first; return the names of the steps undone, in that order.
+        The first undo that fails for good stops the rollback and is raised (the undos of older steps
+        do not run), or with ``continue_on_error`` the rest run and every failure is raised at the end,
+        in an ``ExceptionGroup``."""
+        undone: list[str] = []
+        failures: list[Exception] = []
+        with self.undos_running():
+            while (undo := self.next_undo(error)) is not None:
+                step_name, name, fn, config = undo
+                try:
+                    self.do(name, fn, config)
+                except Exception as failure:
+                    if not continue_on_error or self.fatal is not None:
+                        raise
+                    failures.append(failure)
+                    continue
+                undone.append(step_name)
+        raise_failures(failures)
         return undone
+
+    @contextmanager
+    def undos_running(self):
+        """Mark the undos as running while the body runs; an undo that calls ``step.rollback_all``
+        meanwhile is refused (Cloudflare's SDK raises ``RuntimeError`` there too): it would take the
+        next undo off the list from inside the one running."""
+        if getattr(self, "running_undos", False):
+            raise RuntimeError("step.rollback_all() was called while a rollback is running (from an undo "
+                               "handler): an undo cannot start another rollback")
+        self.running_undos = True
+        try:
+            yield
+        finally:
+            self.running_undos = False
+
+
+def raise_failures(failures: list[Exception]) -> None:
+    """What ``rollback_all(continue_on_error=True)`` raises when undos failed."""
+    if failures:
+        raise ExceptionGroup(f"{len(failures)} undo(s) failed during rollback_all", failures)

@@ -56,13 +56,14 @@ _NOT_RETRIED = (NonRetryableError, StepResultError, SystemExit, KeyboardInterrup
 class WorkflowStep:
     """The ``step`` argument of ``run(event, step)``."""
 
-    __slots__ = ("_replay", "_declared")
+    __slots__ = ("_replay", "_declared", "_declared_steps")
 
     def __init__(self, replay: JournaledSteps):
         self._replay = replay
         # The step functions run() declared with the decorator forms, by function name: a later step
         # function's parameter of that name receives that step's result.
         self._declared: dict[str, StepFunction] = {}
+        self._declared_steps: dict[str, StepFunction] = {}
 
     def do(self, name: str | None = None, fn: Callable[..., Any] | None = None, *,
            config: dict[str, Any] | None = None, depends: Sequence[StepFunction] | None = None,
@@ -86,19 +87,32 @@ class WorkflowStep:
                                    "@step.do(name, depends=[...])")
         return self._run_do(name, fn, config)
 
-    def with_rollback(self, name: str | None = None, *, config: dict[str, Any] | None = None,
-                      depends: Sequence[StepFunction] | None = None) -> Callable[[Callable[..., Any]], StepFunction]:
+    def with_rollback(self, name: str | None = None, config: dict[str, Any] | None = None, *,
+                      depends: Sequence[StepFunction] | None = None, concurrent: bool = False,
+                      undo: Callable[..., Any] | None = None) -> Callable[[Callable[..., Any]], StepFunction]:
         """Declare a step with an undo (the Python SDK's form): ``@step.with_rollback("charge")``, then
-        ``@charge.undo`` on the function that undoes it."""
+        ``@charge.undo`` (or ``@charge.undo(config={...})``) on the function that undoes it, or the undo
+        given at once, ``undo=refund``. ``depends`` and ``concurrent`` are those of ``step.do``. Calling
+        the step before it has an undo raises ``ValueError``."""
         if name is not None:
             validate_step_name(name)
-        return lambda func: self._declare(name, func, config, depends, False)
 
-    def rollback_all(self, error: BaseException | None = None) -> list[str]:
+        def declare(func):
+            declared = self._declare(name, func, config, depends, concurrent)
+            declared.requires_undo = True
+            if undo is not None:
+                declared.undo(undo)
+            return declared
+
+        return declare
+
+    def rollback_all(self, error: BaseException | None = None, *, continue_on_error: bool = False) -> list[str]:
         """Run the undos of every step that succeeded with one, last first, each as a durable step;
         ``error`` is what their handlers receive as ``error``; return the names of the steps undone. A
-        failed ``run()`` calls it by itself."""
-        return self._replay.call(self._replay.rollback_all, error)
+        failed ``run()`` calls it by itself. The first undo that fails for good stops the rollback and
+        is raised here; with ``continue_on_error=True`` the others run, and the failures are raised at
+        the end as an ``ExceptionGroup``. Called from an undo, it raises ``RuntimeError``."""
+        return self._replay.call(self._replay.rollback_all, error, continue_on_error)
 
     def all(self, calls: Sequence[Sequence[Any]]) -> list[Any]:
         """Run ``step.do`` calls side by side (``[(name, fn), (name, fn, config), ...]``) and return their
@@ -160,6 +174,8 @@ class WorkflowStep:
             validate_step_name(name)
         declared = self.step_function_class(self, name, func, config, depends, concurrent)
         self._declared[getattr(func, "__name__", name)] = declared
+        # Cloudflare's SDK resolves a parameter by step name: the latest step of that name.
+        self._declared_steps[name] = declared
         return declared
 
 

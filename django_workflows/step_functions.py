@@ -10,24 +10,40 @@
 
     charge()
 
-A parameter named after a step function declared earlier in ``run()`` receives that step's result,
-running the step first if it has not run in this replay; a parameter named ``ctx`` receives the step
-context. Dependencies run one after another, in the order given, or with ``concurrent=True`` side by side
-(``step.all``: their keys and journal in that order whichever finishes first).
+A parameter named after a step function declared earlier in ``run()`` (its function's name, or its step's
+name: the latest step of that name) receives that step's result, running the step first if it has not
+run in this replay; a parameter named ``ctx`` receives the step context. A step of ``depends`` that no
+parameter is named after passes its result as Cloudflare's SDK does, positionally, in the order of
+``depends``: to the positional parameters left over, first to last (``@step.do("total", depends=[a, b])
+def total(result_a, result_b)``). Dependencies run one after another, in the order given, or with
+``concurrent=True`` side by side (``step.all``: their keys and journal in that order whichever finishes
+first).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 from django_workflows.definition import parameters
 from django_workflows.errors import InvalidStepInput
 
 CONTEXT_PARAMETER = "ctx"
+# What an undo declared without a config takes from its step's: how it retries, and its timeout.
+INHERITED_BY_UNDO = ("retries", "timeout")
 
 
 def wants_context(fn) -> bool:
     return CONTEXT_PARAMETER in parameters(fn)
+
+
+def positional_parameters(fn) -> tuple[str, ...]:
+    """The parameters of ``fn`` that a positional argument may fill, and a keyword too."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in signature.parameters.values() if p.kind == inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 class StepFunction:
@@ -50,8 +66,23 @@ class StepFunction:
         self.concurrent = bool(concurrent)
         self.undo_handler = None
         self.undo_config = None
+        # Declared by step.with_rollback: calling it without an undo is a mistake, said at once.
+        self.requires_undo = False
         self._results: list = []
         functools.update_wrapper(self, func)
+
+    # The names Cloudflare's SDK keeps these under, which ported code (its own tests among it) reads.
+    @property
+    def _undo_handler(self):
+        return self.undo_handler
+
+    @property
+    def _config(self):
+        return self.config
+
+    @property
+    def _undo_config(self):
+        return self.undo_config
 
     def __repr__(self) -> str:
         return f"<step function {self.name!r}>"
@@ -64,18 +95,28 @@ class StepFunction:
     def dependencies(self, names, given) -> list[tuple[str | None, StepFunction]]:
         """The steps whose results this one takes, with the parameter each goes to (None: run first, not
         passed in): those of ``depends``, then those named by a parameter."""
-        found = [(d.func.__name__ if d.func.__name__ in names and d.func.__name__ not in given else None, d)
-                 for d in self.depends]
+        found = [(next((n for n in (d.func.__name__, d.name) if n in names and n not in given
+                        and n != CONTEXT_PARAMETER), None), d) for d in self.depends]
         for name in names:
-            declared = self._step._declared.get(name)
-            if name not in given and name != CONTEXT_PARAMETER and declared is not None and declared is not self \
-                    and all(d is not declared for _, d in found):
+            if name in given or name == CONTEXT_PARAMETER:
+                continue
+            declared = self._step._declared.get(name) or self._step._declared_steps.get(name)
+            if declared is not None and declared is not self and all(d is not declared for _, d in found):
                 found.append((name, declared))
         return found
+
+    def refuse_without_undo(self) -> None:
+        if self.requires_undo and self.undo_handler is None:
+            raise InvalidStepInput(
+                f"step {self.name!r} is declared with step.with_rollback but has no undo: decorate its undo "
+                f"with @{self.func.__name__}.undo, or pass undo=... to step.with_rollback (a step without an "
+                "undo is declared with @step.do)"
+            )
 
     def prepare(self, args=(), kwargs=None) -> tuple:
         """``(name, body, config)`` of this step's call, its dependencies resolved first: one after
         another, or side by side (``step.all``) with ``concurrent=True``."""
+        self.refuse_without_undo()
         kwargs = dict(kwargs or {})
         names = parameters(self.func)
         given = set(names[: len(args)]) | set(kwargs)
@@ -85,8 +126,14 @@ class StepFunction:
             values = self._step._replay.call(self._step._replay.all_steps, [d.prepare() for d in unresolved])
             for dependency, value in zip(unresolved, values):
                 dependency._results.append(value)
+        leftover = None
         for parameter, dependency in dependencies:
             value = dependency.result()
+            if parameter is None:
+                if leftover is None:
+                    named = given | {p for p, _ in dependencies if p is not None} | {CONTEXT_PARAMETER}
+                    leftover = iter([p for p in positional_parameters(self.func)[len(args):] if p not in named])
+                parameter = next(leftover, None)
             if parameter is not None:
                 kwargs[parameter] = value
         func = self.func
@@ -99,8 +146,11 @@ class StepFunction:
         config = self.config
         if self.undo_handler is not None:
             config = {**(config or {}), "rollback": self.undo_handler}
-            if self.undo_config is not None:
-                config["rollback_config"] = self.undo_config
+            # An undo without a config of its own inherits the step's (Cloudflare's Python SDK).
+            undo_config = self.undo_config if self.undo_config is not None else {
+                key: value for key, value in (self.config or {}).items() if key in INHERITED_BY_UNDO} or None
+            if undo_config is not None:
+                config["rollback_config"] = undo_config
         return self.name, body, config
 
     def result(self):

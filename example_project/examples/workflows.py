@@ -180,3 +180,7 @@ class PythonDag(WorkflowEntrypoint):
             return f"{dep_1} {dep_2} (attempt {ctx.attempt} of {ctx.step.name})"
 
         return await final_step()
+
+
+# Registered by importing it: a workflow of Cloudflare's documentation, its import line the only change.
+from examples import ported_from_cloudflare  # noqa: E402, F401

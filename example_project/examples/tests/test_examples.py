@@ -157,3 +157,18 @@ def test_the_python_sdk_dag_runs_as_cloudflare_writes_it(workflows_env):
     assert instance.status()["output"] == "dep1 dep2 (attempt 1 of final_step)"
     keys = Step.objects.order_by("id").values_list("key", flat=True)
     assert list(keys) == ["demo sleep-1", "dep_1-1", "dep_2-1", "final_step-1"]
+
+
+def test_cloudflare_s_error_handling_example_runs_ported_by_its_import_line(workflows_env, capsys):
+    instance = workflows.get("error-handling-workflow").create()
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "waiting"  # a retry's delay: 10, 20, 40, 80, 160 seconds
+    workflows_env.advance("309 seconds")
+    assert instance.status()["status"] == "waiting"
+    workflows_env.advance("1 second")
+    assert instance.status() == {"status": "complete", "output": None, "error": None}
+    out = capsys.readouterr().out
+    assert out.count("Executing my_failing") == 6
+    assert out.count("Successfully caught TypeError: Intentional error in my_failing") == 1
+    (failing,) = Step.objects.filter(name="my_failing")
+    assert failing.status == "failed" and len(failing.attempts) == 6

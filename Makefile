@@ -1,8 +1,8 @@
 # make test   - checks, migrations, layers, then the unit, integration and conformance tiers (tests/unit,
-#               tests/integration, tests/conformance,
-#               the example project's tests) on SQLite, then on PostgreSQL if reachable: a few minutes
-# make test-all - the same with the system tier (tests/system: worker processes, a browser, load, a fresh
-#               project, the demo): what CI runs, about 20 minutes on two cores
+#               tests/integration, tests/conformance, the example project's tests) on SQLite and, at the same time, on PostgreSQL if reachable:
+#               about 3 minutes on two cores
+# make test-all - make test, then the system tier (tests/system: worker processes, a browser, load, a fresh
+#               project, the demo) on SQLite, then on PostgreSQL, one test at a time: what CI runs
 # make demo   - a small end-to-end example on SQLite (its own, smaller install: the package and [demo])
 # make docs   - build the documentation site (docs/, mkdocs.yml) into site/ with mkdocs --strict
 # make dist   - build the sdist and wheel into dist/, twine check them, install the wheel in a new venv
@@ -11,21 +11,26 @@
 #
 # PYTHON=... VENV=... DJANGO='django>=6,<6.1' picks another interpreter and Django;
 # REQUIRE_POSTGRES=1 fails instead of skipping when PostgreSQL is unreachable (CI);
-# SKIP_POSTGRES=1 runs SQLite only.
+# SKIP_POSTGRES=1 runs SQLite only; SYSTEM_MARK=django_version runs only the system tests marked so (CI's
+# Django 6 pass, .ci/run says why).
 
 PYTHON ?= python3
 VENV ?= .venv
 DJANGO ?=
 REQUIRE_POSTGRES ?= 0
 SKIP_POSTGRES ?= 0
+SYSTEM_MARK ?=
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 PY := $(VENV)/bin/python
 TEST_ENV := DJANGO_SETTINGS_MODULE=tests.settings
 # The SQLite pass is on SQLite even in a shell that exports DATABASE_URL for the PostgreSQL pass.
 SQLITE_ENV := env -u DATABASE_URL $(TEST_ENV)
-# TIERS=all adds the system tier (make test-all); pytest's testpaths name every tier.
-TIERS ?= fast
-TEST_PATHS := $(if $(filter all,$(TIERS)),,tests/unit tests/integration tests/conformance example_project)
+# TIER=system: test-sqlite and test-postgres run the system tier instead of the checks and the fast tiers
+# (make test-all). The two tiers together are pytest's testpaths.
+TIER ?= fast
+FAST_PATHS := tests/unit tests/integration tests/conformance example_project
+SYSTEM_ARGS := $(if $(SYSTEM_MARK),-m $(SYSTEM_MARK)) tests/system
+SYSTEM_TITLE := the system tier$(if $(SYSTEM_MARK), (the tests marked $(SYSTEM_MARK)))
 
 .PHONY: test test-all test-sqlite test-postgres chaos demo demo-smoke clean bench dist docs chromium faketime
 
@@ -40,22 +45,32 @@ $(VENV)/.installed-demo: pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[demo]' $(if $(DJANGO),'$(DJANGO)')
 	@touch $@
 
-test: test-sqlite test-postgres
+# The SQLite and PostgreSQL passes at once, a core each; -k: both run to their end whatever the other
+# does, and make fails if either failed. Each pass's output is printed whole when it ends.
+test:
+	@echo "== the SQLite and PostgreSQL passes run at once: each one's output follows when it ends"
+	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-sqlite test-postgres
 
-test-all:
-	$(MAKE) test TIERS=all
+# The system tier after the fast tiers, on SQLite then on PostgreSQL: its tests time real worker processes,
+# and share one Redis database.
+test-all: test
+	@$(MAKE) --no-print-directory test-sqlite test-postgres TIER=system
 
 test-sqlite: $(VENV)/.installed
+ifeq ($(TIER),system)
+	@echo "== pytest on SQLite: $(SYSTEM_TITLE)"
+	$(SQLITE_ENV) $(PY) -m pytest $(SYSTEM_ARGS)
+else
 	@$(PY) -c "import django, sys; print(f'== Python {sys.version.split()[0]}, Django {django.get_version()}')"
-	@echo "== $(if $(filter all,$(TIERS)),every tier: about 8 minutes on SQLite then 10 on PostgreSQL,the unit and integration tiers (make test-all adds the system tier))"
 	$(SQLITE_ENV) $(PY) -m django check --fail-level WARNING
 	$(SQLITE_ENV) $(PY) -m django makemigrations --check --dry-run
 	@echo "== the package's layers (pyproject.toml, [tool.importlinter])"
 	$(VENV)/bin/lint-imports
 	@echo "== types (mypy)"
 	$(VENV)/bin/mypy
-	@echo "== pytest on SQLite"
-	$(SQLITE_ENV) $(PY) -m pytest $(TEST_PATHS)
+	@echo "== pytest on SQLite: the unit, integration and conformance tiers"
+	$(SQLITE_ENV) $(PY) -m pytest $(FAST_PATHS)
+endif
 
 test-postgres: $(VENV)/.installed
 	@url="$${DATABASE_URL:-$(POSTGRES_URL)}"; \
@@ -64,9 +79,14 @@ test-postgres: $(VENV)/.installed
 		if [ "$(REQUIRE_POSTGRES)" = "1" ]; then echo "== PostgreSQL is required but unreachable at $$url"; exit 1; fi; \
 		echo "== SKIPPING the PostgreSQL pass: no PostgreSQL reachable at $$url (set DATABASE_URL to use another)"; exit 0; \
 	fi; \
-	echo "== pytest on PostgreSQL ($$url)"; \
-	DATABASE_URL="$$url" $(TEST_ENV) $(PY) -m django check --fail-level WARNING && \
-	DATABASE_URL="$$url" $(PY) -m pytest $(TEST_PATHS)
+	if [ "$(TIER)" = "system" ]; then \
+		echo "== pytest on PostgreSQL ($$url): $(SYSTEM_TITLE)"; \
+		DATABASE_URL="$$url" $(PY) -m pytest $(SYSTEM_ARGS); \
+	else \
+		echo "== pytest on PostgreSQL ($$url): the unit, integration and conformance tiers"; \
+		DATABASE_URL="$$url" $(TEST_ENV) $(PY) -m django check --fail-level WARNING && \
+		DATABASE_URL="$$url" $(PY) -m pytest $(FAST_PATHS); \
+	fi
 
 # make chaos - the chaos test of issue 8 (about 3 minutes, not part of make test): 500 instances through
 #              workflows_worker commands whose processes are SIGKILLed at random every 0.5 to 2 s; on SQLite

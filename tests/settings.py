@@ -21,6 +21,12 @@ TIME_ZONE = "UTC"
 ROOT_URLCONF = "tests.urls"
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# A fast hasher: the tests create users by the hundred, and PBKDF2's million iterations cost up to a
+# second each on a loaded two-core machine; the suite checks permissions and sessions, not the hash.
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -16,7 +16,9 @@ from django_workflows.models import Instance
 from tests.testapp.models import ReplayAudit, SideEffect
 from tests.workers import assert_naps_resume_on_time, wait_for, wait_status
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# CI's Django 6 pass runs this file: Django 6 builds the tasks framework in (django.tasks), Django 5.2 has
+# the django-tasks backport.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.django_version]
 
 TASKS_EXECUTOR = {"EXECUTOR": "django_workflows.executors.tasks.TasksExecutor",
                   "EXECUTOR_OPTIONS": {"backend": "workflows", "queue_name": "workflows"}}

@@ -394,21 +394,26 @@ class Worker:
     def cluster_progressing(self, since, now) -> bool:
         """Whether the cluster, though its probe is unanswered, is busy rather than wedged.
 
-        Busy is what a replay does, not what a column says: one of the cluster's processes holds a live
-        lease (a replay, most often a step body that runs for minutes within its timeout, whose lease
-        the process's keeper renews), or replays took or gave back leases since the probe was sent (the
-        probe waits in the queue behind a backlog). A frozen process renews nothing, so its lease
-        expires and it stops counting; a cluster whose every worker is inside a long step answers the
-        probe only when one of them is free, and must not be killed for it.
+        Busy is what a replay does, not what a column says: one of the cluster's processes is inside a
+        step body that runs within its timeout (its lease keeper, renewing the lease from inside the body,
+        marks ``progressed_at``, at least once a ``LEASE_SECONDS``), or replays took or gave back leases
+        since the probe was sent (the probe waits in the queue behind a backlog). A cluster whose every
+        worker is inside a ten-minute step answers the probe only when one of them is free, and must not
+        be killed for it. A live lease alone is not enough: a worker hung outside any step (at its exit,
+        on a lock of the task queue) may go on renewing one, and its cluster takes no task.
         """
-        leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
         assert self.cluster is not None  # asked only with a cluster (watch_cluster)
+        leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
         owners = [f"{leases.this_host()}:{pid}:" for pid in self.cluster.pids()]
         if owners:
             holding = Q()
             for owner in owners:
                 holding |= Q(lease_owner__startswith=owner)
-            if Instance.objects.filter(holding, status__in=leased, lease_expires_at__gte=now).exists():
+            inside_a_step = Instance.objects.filter(
+                holding, status__in=leased, lease_expires_at__gte=now,
+                progressed_at__gte=now - timedelta(seconds=workflow_settings.LEASE_SECONDS),
+            )
+            if inside_a_step.exists():
                 return True
         # A replay that took or gave back a lease since (both write updated_at): the queue moves.
         return Instance.objects.filter(updated_at__gte=since).exclude(status=InstanceStatus.QUEUED).exists()

@@ -142,10 +142,11 @@ class ClusterProcess:
         return [sentinel, *_children_of(sentinel)]
 
     def kill(self) -> None:
-        if not (self.cluster and self.cluster.sentinel):
-            return
-        sentinel = self.cluster.sentinel.pid
-        for pid in [*_children_of(sentinel), sentinel]:
+        pids = self.pids()
+        if not pids:
+            return  # no sentinel was started
+        sentinel, *processes = pids
+        for pid in [*processes, sentinel]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -398,3 +398,24 @@ def _track_step_awaitables(async_run, record: FlavourRecord):
         loop_run.call = call
 
     return untrack
+
+
+def in_flavour(request):
+    """The body of the suites' ``flavour`` fixture (tests/integration/conftest.py and
+    tests/conformance/conftest.py): ``"sync"``, or ``"async"``, whose workflows and replays are the async
+    twins. A test of the async flavour that ran no ``async def run``, or left a step call un-awaited,
+    fails."""
+    name = getattr(request, "param", "sync")
+    with use_flavour(name) as record:
+        yield name
+    report = getattr(request.node, "rep_call", None)
+    if name != "async" or report is None or not report.passed:
+        return
+    assert not record.sync_only, (
+        f"workflows without an async twin ran in the async flavour: {record.sync_only}; mark the test "
+        "one_flavour, saying so")
+    assert record.async_runs, ("the async flavour ran no async def run(): mark the test one_flavour if it "
+                               "runs no workflow")
+    unawaited = record.unawaited()
+    assert not unawaited, (f"{len(unawaited)} step call(s) of an async run were not awaited (values "
+                           f"{[a.value for a in unawaited][:5]}): the transform missed them")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.flavours import FLAVOURS, use_flavour
+from tests.flavours import FLAVOURS, in_flavour
 
 
 def pytest_configure(config):
@@ -27,17 +27,9 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(autouse=True)
 def flavour(request):
-    """``"sync"``, or ``"async"``: then ``workflows.get(name)`` and the replays use the async twins. A test
-    of the async flavour that ran no ``async def run``, or left a step call un-awaited, fails."""
-    name = getattr(request, "param", "sync")
-    with use_flavour(name) as record:
-        yield name
-    report = getattr(request.node, "rep_call", None)
-    if name != "async" or report is None or not report.passed:
-        return
-    assert not record.sync_only, f"workflows without an async twin ran in the async flavour: {record.sync_only}"
-    assert record.async_runs, "the async flavour ran no async def run(): mark the test one_flavour"
-    assert not record.unawaited(), "a step call of an async run was not awaited: the transform missed it"
+    """``"sync"``, or ``"async"``: then ``workflows.get(name)`` and the replays use the async twins
+    (tests/flavours.py, ``in_flavour``)."""
+    yield from in_flavour(request)
 
 
 @pytest.fixture

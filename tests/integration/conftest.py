@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.flavours import FLAVOURS, use_flavour
+from tests.flavours import FLAVOURS, in_flavour
 
 # The engine's own tests: journal, keys, retries, waits, rollbacks, guards; what run() does.
 ENGINE_SUITE = frozenset({
@@ -46,18 +46,6 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(autouse=True)
 def flavour(request):
-    """``"sync"``, or ``"async"``: then ``workflows.get(name)`` and the replays use the async twins."""
-    name = getattr(request, "param", "sync")
-    with use_flavour(name) as record:
-        yield name
-    report = getattr(request.node, "rep_call", None)
-    if name != "async" or report is None or not report.passed:
-        return
-    assert not record.sync_only, (
-        f"workflows without an async twin ran in the async flavour: {record.sync_only}; mark the test "
-        "one_flavour, saying so")
-    assert record.async_runs, ("the async flavour ran no async def run(): mark the test one_flavour if it "
-                               "runs no workflow")
-    unawaited = record.unawaited()
-    assert not unawaited, (f"{len(unawaited)} step call(s) of an async run were not awaited (values "
-                           f"{[a.value for a in unawaited][:5]}): the transform missed them")
+    """``"sync"``, or ``"async"``: then ``workflows.get(name)`` and the replays use the async twins
+    (tests/flavours.py, ``in_flavour``)."""
+    yield from in_flavour(request)

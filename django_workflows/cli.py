@@ -319,6 +319,10 @@ def format_instance(description: dict) -> str:
         ("Output", compact_json(d["output"])),
         ("Error", error_text(d["error"])),
     ]
+    if d.get("rollback"):
+        rollback = d["rollback"]
+        failure = rollback["error"]
+        pairs.append(("Rollback", rollback["outcome"] + (f": {failure['name']}: {failure['message']}" if failure else "")))
     if d.get("retention"):
         pairs.append(("Retention", retention_text(d["retention"])))
         if d["retention"]["purge_at"]:

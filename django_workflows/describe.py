@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django_workflows import clock, counts, signals
 from django_workflows.definition import registry
+from django_workflows.error_journal import rollback_of
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
 from django_workflows.options import WorkflowOptions
 from django_workflows.store import leases, listing
@@ -259,6 +260,7 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
         "params": instance.params,
         "output": instance.output,
         "error": instance.error,
+        "rollback": rollback_of(instance.error),
         "retention": describe_retention(instance),
         "parent": describe_parent(instance),
         "children": describe_children(instance),

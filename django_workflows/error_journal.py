@@ -76,3 +76,18 @@ def rebuild_error(error: dict) -> Exception:
         exc = cls.__new__(cls)
         Exception.__init__(exc, *(arguments if isinstance(arguments, list) else [message]))
     return exc
+
+
+def rollback_of(error: dict | None) -> dict | None:
+    """Cloudflare's ``status().rollback``, ``{outcome, error}``, read off an instance's journaled error:
+    ``outcome`` is ``"complete"`` when every undo ran, ``"errored"`` when one failed for good (its
+    ``{name, message}`` is the error); ``None`` when no rollback ran. The error itself keeps the rollback's
+    details (``error["rollback"]``: how many steps were undone, which one failed)."""
+    rollback = (error or {}).get("rollback") if isinstance(error, dict) else None
+    if not isinstance(rollback, dict):
+        return None
+    if rollback.get("status") == "complete":
+        return {"outcome": "complete", "error": None}
+    failure = rollback.get("error") or {}
+    return {"outcome": "errored",
+            "error": {"name": failure.get("name", "Error"), "message": failure.get("message", "")}}

@@ -17,6 +17,7 @@ from django_workflows import clock, declared_events, lifecycle, sending, signals
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.durations import parse_duration
+from django_workflows.error_journal import rollback_of
 from django_workflows.errors import (
     InstanceAlreadyExists,
     InstanceNotFound,
@@ -228,12 +229,15 @@ class InstanceHandle:
         )
 
     def status(self) -> dict:
-        """``{status, output, error}``, with Cloudflare's status values."""
+        """``{status, output, error}``, as Cloudflare's ``status()``: its status values, the error as
+        ``{name, message}``, and, once a rollback ran, ``rollback`` as ``{outcome, error}`` (absent
+        otherwise, as Cloudflare leaves it out)."""
         row = self._rows().values("status", "output", "error").first()
         if row is None:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
-        return row
+        rollback = rollback_of(row["error"])
+        return row if rollback is None else {**row, "rollback": rollback}
 
     def pause(self) -> None:
         """Pause: at once if no replay runs; otherwise after its current step (``waitingForPause``)."""

@@ -273,10 +273,24 @@ class ChildSerializer(Described):
     on_parent_end = serializers.ChoiceField(choices=["terminate", "abandon"])
 
 
+class NamedErrorSerializer(Described):
+    name = serializers.CharField()
+    message = serializers.CharField(allow_blank=True)
+
+
+class RollbackSerializer(Described):
+    outcome = serializers.ChoiceField(choices=["complete", "errored"],
+                                      help_text="complete: every undo ran; errored: one failed for good.")
+    error = NamedErrorSerializer(allow_null=True, help_text="The undo's error ({name, message}) when errored.")
+
+
 class InstanceSerializer(InstanceSummarySerializer):
     params = serializers.JSONField(allow_null=True)
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
+    rollback = RollbackSerializer(
+        allow_null=True, help_text="Cloudflare's status().rollback, once a rollback ran (on error or terminate "
+                                   "with rollback); null if none did. error.rollback keeps its details.")
     retention = RetentionSerializer(allow_null=True, help_text="The retention chosen at create; null: the "
                                                                "RETENTION_DAYS setting.")
     parent = ParentSerializer(allow_null=True, help_text="The instance whose step.child() started this one; "

@@ -104,7 +104,7 @@ DEMO_ARGS ?=
 
 demo: $(VENV)/.installed-demo
 	@# exec: Ctrl+C reaches the demo alone, which stops its children; make has nothing left to interrupt.
-	cd example_project && ../$(PY) manage.py migrate -v 0 && exec ../$(PY) manage.py demo $(DEMO_ARGS)
+	cd example_project && ../$(PY) manage.py migrate -v 0 && DEBUG=$${DEBUG:-1} exec ../$(PY) manage.py demo $(DEMO_ARGS)
 
 # What CI runs: the demo on a fresh SQLite file, exiting once every instance settled.
 demo-smoke: $(VENV)/.installed-demo

@@ -18,6 +18,7 @@ from django_workflows.options import (
     version_error,
 )
 from django_workflows.policy import validate_config
+from django_workflows.webhook_secrets import MIN_SECRET_LENGTH, secret_problem, secret_weakness
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS",
                  "LEASE_SECONDS", "POISON_LIMIT", "WAKE_BATCH", "REPLAY_BATCH", "REPLAY_THREADS", "RETENTION_BATCH",
@@ -249,4 +250,42 @@ def _undeclared_waits(cls, options: WorkflowOptions) -> list[Error]:
                 hint="Declare the type in events, or wait for a declared one.",
                 id="django_workflows.E014",
             ))
+    return messages
+
+
+@register(Tags.security)
+def check_webhook_secrets(app_configs=None, **kwargs):
+    """``WEBHOOK_SECRETS``: a dict of workflow name to a secret long enough; every workflow that declares
+    webhook-only event types has one; every name is a workflow's."""
+    secrets = workflow_settings.WEBHOOK_SECRETS
+    if not isinstance(secrets, dict):
+        return [Error(f"DJANGO_WORKFLOWS['WEBHOOK_SECRETS'] must be a dict of workflow name to secret, got "
+                      f"{type(secrets).__name__}.",
+                      hint="WEBHOOK_SECRETS = {'payment-approval': os.environ['PAYMENT_WEBHOOK_SECRET']}.",
+                      id="django_workflows.E028")]
+    messages: list[CheckMessage] = []
+    for name, secret in secrets.items():
+        problem = secret_problem(secret)
+        hint = (f"Use the secret your provider gave you, or one from secrets.token_hex(32): at least "
+                f"{MIN_SECRET_LENGTH} characters.")
+        if problem is not None:
+            messages.append(Error(f"DJANGO_WORKFLOWS['WEBHOOK_SECRETS'][{name!r}] {problem}.",
+                                  hint=f"{hint} Until then its deliveries are refused.", id="django_workflows.E029"))
+        elif (weakness := secret_weakness(secret)) is not None:
+            messages.append(Warning(f"DJANGO_WORKFLOWS['WEBHOOK_SECRETS'][{name!r}] {weakness}.", hint=hint,
+                                    id="django_workflows.W113"))
+        if name not in registry.names():
+            messages.append(Warning(
+                f"DJANGO_WORKFLOWS['WEBHOOK_SECRETS'] names {name!r}, which no workflow is called.",
+                hint="Correct the name to the workflow's (its class's name attribute), or remove the entry.",
+                id="django_workflows.W111"))
+    for cls in registry.all():
+        options = WorkflowOptions.of(cls)
+        webhook_types = sorted(rule.type for rule in (options.events or {}).values() if rule.webhook)
+        if webhook_types and options.name not in secrets:
+            messages.append(Warning(
+                f"Workflow {options.name!r} declares webhook event types {webhook_types} but "
+                f"DJANGO_WORKFLOWS['WEBHOOK_SECRETS'] has no secret for it: every delivery is refused.",
+                hint=f"Add WEBHOOK_SECRETS = {{{options.name!r}: <the provider's signing secret>}}.",
+                id="django_workflows.W112"))
     return messages

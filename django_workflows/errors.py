@@ -32,6 +32,12 @@ class WorkflowError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    @property
+    def public_message(self) -> str:
+        """The message for a client of the API or a webhook sender, who may not be the developer: the
+        same as ``message`` unless the class says what to leave out."""
+        return self.message
+
 
 def _rebuild(cls, message, context):
     return cls(message, **context)
@@ -102,6 +108,11 @@ class WorkflowNotFound(WorkflowError, LookupError):
     """No workflow with that name is registered."""
 
     code, http_status = "workflow_not_found", 404
+
+    @property
+    def public_message(self) -> str:
+        # The developer's message lists the workflows defined here; a client is not told what exists.
+        return f"No workflow named {self.context.get('workflow')!r} is defined here."
 
 
 class InstanceNotFound(WorkflowError, LookupError):

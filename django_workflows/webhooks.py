@@ -18,6 +18,8 @@ import hmac
 import re
 import time
 
+from django_workflows.webhook_secrets import secret_key
+
 SIGNATURE_HEADER = "X-Workflows-Signature"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")  # ASCII digits only: int() refuses "²", and caps the length
@@ -33,15 +35,15 @@ def _signed(timestamp, body: bytes, idempotency_key: str | None) -> bytes:
     return f"{timestamp}.{key}".encode() + body
 
 
-def sign(secret: str, body: bytes, timestamp: int | None = None, idempotency_key: str | None = None) -> str:
+def sign(secret: str | bytes, body: bytes, timestamp: int | None = None, idempotency_key: str | None = None) -> str:
     """The value of the signature header for ``body`` (what a sender computes), with the
     ``Idempotency-Key`` it sends beside it, if any."""
     timestamp = int(time.time()) if timestamp is None else int(timestamp)
-    digest = hmac.new(secret.encode(), _signed(timestamp, body, idempotency_key), hashlib.sha256).hexdigest()
+    digest = hmac.new(secret_key(secret), _signed(timestamp, body, idempotency_key), hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={digest}"
 
 
-def verify(secret: str, body: bytes, header: str | None, tolerance: int, now: float | None = None,
+def verify(secret: str | bytes, body: bytes, header: str | None, tolerance: int, now: float | None = None,
            idempotency_key: str | None = None) -> str:
     """Raise ``SignatureError`` unless ``header`` is a valid, fresh signature of ``body``.
 
@@ -60,7 +62,7 @@ def verify(secret: str, body: bytes, header: str | None, tolerance: int, now: fl
     now = time.time() if now is None else now
     if abs(now - int(timestamp)) > tolerance:
         raise SignatureError(f"The signature's timestamp is more than {tolerance} seconds from now.")
-    expected = hmac.new(secret.encode(), _signed(timestamp, body, idempotency_key), hashlib.sha256).hexdigest()
+    expected = hmac.new(secret_key(secret), _signed(timestamp, body, idempotency_key), hashlib.sha256).hexdigest()
     # Every candidate is compared, so the time taken does not tell which one matched.
     matched = [digest for digest in digests if hmac.compare_digest(expected, digest)]
     if not matched:

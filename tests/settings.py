@@ -140,7 +140,9 @@ TASKS = {
     "workflows": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["workflows"]},
 }
 
-DJANGO_WORKFLOWS = {}
+# The refund workflow (tests/testapp) takes its provider's webhooks: a project declaring webhook types
+# names their secret (system check W112). Tests of the webhook endpoint set their own.
+DJANGO_WORKFLOWS = {"WEBHOOK_SECRETS": {"refund": "whsec_test_refund_provider_secret"}}
 if os.environ.get("TEST_WORKFLOWS_SETTINGS"):
     import json
 

@@ -54,7 +54,10 @@ class Steering(PageMixin):
                 handle_for(instance).terminate(rollback=True)
             elif from_step:
                 count = request.POST.get("count", "1")
-                handle_for(instance).restart(from_step=from_step, count=int(count) if count.isdigit() else count)
+                # ASCII digits only: "²".isdigit() is true and int("²") fails. Anything else goes on as
+                # text, for restart() to refuse with its message.
+                number = int(count) if count.isascii() and count.isdigit() else count
+                handle_for(instance).restart(from_step=from_step, count=number)
             else:
                 getattr(handle_for(instance), action)()
         except InvalidTransition as exc:

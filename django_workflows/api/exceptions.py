@@ -46,8 +46,8 @@ class BadSignature(WorkflowAPIError):
 
 def from_engine(exc: errors.WorkflowError) -> WorkflowAPIError:
     """The API error for an engine error: its class's code and status, and the engine's message, which
-    says what to do."""
-    api_error = WorkflowAPIError(str(exc), exc.code)
+    says what to do (less what the class keeps from clients: ``public_message``)."""
+    api_error = WorkflowAPIError(exc.public_message, exc.code)
     api_error.status_code = exc.http_status
     return api_error
 

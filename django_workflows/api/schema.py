@@ -28,8 +28,16 @@ from django_workflows.options import WorkflowOptions
 
 TITLE = "django-workflows API"
 # Swagger UI's files, for the browser to load: from the project's static files when
-# drf-spectacular-sidecar is installed, from a CDN otherwise (the server itself fetches nothing).
-SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5"
+# drf-spectacular-sidecar is installed (the [api] extra installs it), otherwise from a CDN, pinned to one
+# release and checked by the browser against these digests (Subresource Integrity): the page runs on the
+# admin's origin with the session and the CSRF token in reach, so a changed file must not run. A new
+# release means new digests: `openssl dgst -sha384 -binary <file> | openssl base64 -A` of the npm
+# package's files (the sidecar ships the same bytes).
+SWAGGER_UI_CDN = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5.33.1"
+SWAGGER_UI_INTEGRITY = {
+    "css": "sha384-Ov4/wv3j2bmct8cDc5X4ngJZohVPzEmc6uDPH8WeljUxO5vtoykvMEfbu9Vh6RaW",
+    "js": "sha384-ZPehFMQommnnuaZ4rpxgkgTT2DKFVp4hZC/7pLit+9Lek9T1YGSo23eHFbvNkXkw",
+}
 SCHEMA_SETTINGS = {
     "TITLE": TITLE,
     "VERSION": django_workflows.__version__,
@@ -111,12 +119,13 @@ class SchemaView(APIAccess, SpectacularAPIView):
 def schema_ui(request):
     """``GET schema/ui/``: Swagger UI on the schema, to read the API and try it with your session."""
     if apps.is_installed("drf_spectacular_sidecar"):
-        assets = static("drf_spectacular_sidecar/swagger-ui-dist")
+        assets, integrity = static("drf_spectacular_sidecar/swagger-ui-dist"), None
     else:
-        assets = SWAGGER_UI_CDN
+        assets, integrity = SWAGGER_UI_CDN, SWAGGER_UI_INTEGRITY
     return render(request, "django_workflows/api/schema_ui.html", {
         "title": f"{TITLE} {django_workflows.__version__}",
         "assets": assets,
+        "integrity": integrity,
         "schema_url": reverse(f"{request.resolver_match.namespace}:schema"),
         "csrf_token": get_token(request),
     })

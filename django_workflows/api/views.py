@@ -28,6 +28,7 @@ from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, descr
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import MAX_VERSION
 from django_workflows.validation import validate_instance_id
+from django_workflows.webhook_secrets import secret_for
 from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
@@ -323,7 +324,8 @@ class WebhookView(InstanceEventView):
     def post(self, request, name, instance_id, event_type):
         # A workflow without a secret (or no workflow at all) answers as a wrong signature does, so an
         # unauthenticated sender learns neither which workflows exist nor which take webhooks.
-        secret = workflow_settings.WEBHOOK_SECRETS.get(name) or _UNGUESSABLE_SECRET
+        # A secret that cannot be used (not text, too short) counts as none: logged, not shown.
+        secret = secret_for(name) or _UNGUESSABLE_SECRET
         try:
             body = request.body
         except RequestDataTooBig:

@@ -1,13 +1,37 @@
 """A small project using django_workflows. SQLite by default (WAL, as the app recommends)."""
 
+import hashlib
+import hmac
 import os
+import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-SECRET_KEY = os.environ.get("SECRET_KEY", "example-project-not-secret")
-DEBUG = os.environ.get("DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["*"]
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else one made for this clone on its first run and kept beside
+    the project (git ignores it): never a key printed in a public repository."""
+    if os.environ.get("SECRET_KEY"):
+        return os.environ["SECRET_KEY"]
+    kept = BASE_DIR / ".secret_key"
+    try:
+        return kept.read_text().strip()
+    except FileNotFoundError:
+        key = secrets.token_urlsafe(50)
+        try:
+            with open(kept, "x") as file:  # "x": two processes starting at once keep the first one's key
+                file.write(key)
+        except FileExistsError:
+            return kept.read_text().strip()
+        return key
+
+
+SECRET_KEY = _secret_key()
+# Off unless asked for: `make demo` turns it on (DEBUG=1) for its local server.
+DEBUG = os.environ.get("DEBUG", "0") == "1"
+ALLOWED_HOSTS = os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "example_project.urls"
@@ -28,11 +52,14 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # The admin's Approve, Reject and Terminate buttons cannot be framed by another site (X-Frame-Options: DENY).
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 TEMPLATES = [
@@ -106,5 +133,8 @@ else:
     Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
 
 DJANGO_WORKFLOWS = {
-    "WEBHOOK_SECRETS": {"payment-race": os.environ.get("PAYMENT_WEBHOOK_SECRET", "demo-webhook-secret")},
+    # The provider's signing secret from the environment; else one derived from this clone's SECRET_KEY,
+    # so no two clones share it and none is in the repository.
+    "WEBHOOK_SECRETS": {"payment-race": os.environ.get("PAYMENT_WEBHOOK_SECRET") or hmac.new(
+        SECRET_KEY.encode(), b"payment-race webhook", hashlib.sha256).hexdigest()},
 }

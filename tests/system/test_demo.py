@@ -34,6 +34,7 @@ def demo_env(database: Path) -> dict:
     # pytest-django exports the suite's settings; the demo runs with the example project's own.
     env["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
     env["SQLITE_PATH"] = str(database)
+    env["DEBUG"] = "1"  # as `make demo` runs it: the example project's DEBUG is off unless asked for
     return env
 
 

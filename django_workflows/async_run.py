@@ -32,26 +32,35 @@ runs to its end in an event loop of its own, inside the step's timeout.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from django.core.exceptions import SynchronousOnlyOperation
 
 from django_workflows.children import ChildWait, is_child_creator, wait_name
 from django_workflows.concurrent_steps import parse_calls
 from django_workflows.control_flow import Suspend, Terminating
-from django_workflows.definition import parameters
+from django_workflows.definition import WorkflowEvent, parameters
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepKind, StepStatus
 from django_workflows.rollbacks import raise_failures
-from django_workflows.step import PendingDo, WorkflowStep
+from django_workflows.step import ReplaySteps, WorkflowStep
 from django_workflows.step_functions import StepFunction
+from django_workflows.step_host import PendingDo, StepHost
 
 _UNEXAMINED = object()
 # Rounds run() may go on after a suspension was raised into it (its finally blocks, a bare except that
 # swallows it and calls more steps) before the loop is closed on it.
 _SUSPENDED_ROUNDS = 100
+
+
+class AsyncHost(ReplaySteps, StepHost, Protocol):
+    """The replay as an async run() drives it: its steps, its bookkeeping, and the suspension a step
+    asked for, which every later step raises again."""
+
+    suspended: Suspend | None
 
 
 class Called:
@@ -78,7 +87,7 @@ class Called:
 class EventLoopRun:
     """One replay of an ``async def run``: its event loop, and the steps called and not yet settled."""
 
-    def __init__(self, replay):
+    def __init__(self, replay: AsyncHost):
         self.replay = replay
         self.loop = asyncio.new_event_loop()
         self.called: list[Called] = []
@@ -98,12 +107,12 @@ class EventLoopRun:
         replay = self.replay
         # step.patched answers at once, from the journal in memory; a marker it must write waits until
         # the loop is idle, before any step called after it is settled.
-        replay.markers_deferred = True
+        replay.patches.deferred = True
         try:
             suspended_rounds = 0
             while True:
                 self._run_until_idle()
-                replay.write_pending_markers()
+                replay.patches.write_pending_markers()
                 if main.done():
                     return _outcome(main)
                 waiting = self.called = [called for called in self.called if not called.future.done()]
@@ -119,7 +128,7 @@ class EventLoopRun:
                     self.replay.suspended = _merged([called.parked for called in waiting if called.parked])
                     self._raise_into(waiting, self.replay.suspended)
         finally:
-            replay.markers_deferred = False
+            replay.patches.deferred = False
             self._close()
 
     # Rounds.
@@ -164,13 +173,15 @@ class EventLoopRun:
         try:
             if called.kind == StepKind.DO:
                 name, fn, config = called.arguments
-                answered, outcome = replay.begin_do(name, fn, config, key=called.key)
-                return True, outcome if answered else replay.run_do(outcome)
+                answered, outcome = replay.steps.begin_do(name, fn, config, key=called.key)
+                return True, outcome if answered else replay.steps.run_do(outcome)
             if called.kind == StepKind.SLEEP:
-                return True, replay.sleep(called.name, key=called.key, **called.arguments)
+                replay.waits.sleep(called.name, key=called.key, **called.arguments)
+                return True, None
             if isinstance(called.arguments, ChildWait):
-                return True, replay.wait_for_child(called.name, called.arguments.created, key=called.key)
-            return True, replay.wait_for_event(called.name, *called.arguments, key=called.key)
+                return True, replay.children.wait_for_child(called.name, called.arguments.created, key=called.key)
+            event_type, timeout = called.arguments
+            return True, replay.waits.wait_for_event(called.name, event_type, timeout, key=called.key)
         except USER_FAILURES as failure:
             return False, failure
 
@@ -185,7 +196,7 @@ class EventLoopRun:
                 continue
             name, fn, config = called.arguments
             try:
-                answered, outcome = replay.begin_do(name, fn, config, key=called.key)
+                answered, outcome = replay.steps.begin_do(name, fn, config, key=called.key)
             except Suspend as suspension:
                 called.parked = suspension
                 continue
@@ -198,13 +209,13 @@ class EventLoopRun:
                 pending[called] = outcome
         # A child's create step runs in the replay's thread, in its turn: an insert, not work to overlap.
         side_by_side = [called for called in pending if not is_child_creator(pending[called].fn)]
-        firsts = dict(zip(side_by_side, replay.first_attempts_of([pending[c] for c in side_by_side])))
+        firsts = dict(zip(side_by_side, replay.concurrent.first_attempts_of([pending[c] for c in side_by_side])))
         for called in live:
             if called in outcomes or called.parked is not None:
                 continue
             try:
                 if called in pending:
-                    outcomes[called] = (True, replay.run_do(pending[called], firsts.get(called)))
+                    outcomes[called] = (True, replay.steps.run_do(pending[called], firsts.get(called)))
                 else:
                     outcomes[called] = self._answer(called)
             except Suspend as suspension:
@@ -311,7 +322,7 @@ class AsyncWorkflowStep(WorkflowStep):
 
     step_function_class = AsyncStepFunction
 
-    def __init__(self, replay, loop_run: EventLoopRun):
+    def __init__(self, replay: AsyncHost, loop_run: EventLoopRun):
         super().__init__(replay)
         self._loop_run = loop_run
 
@@ -332,7 +343,7 @@ class AsyncWorkflowStep(WorkflowStep):
 
     def child(self, name, workflow, params=None, id=None, on_parent_end="terminate"):  # noqa: A002
         # The create step takes its key now, as any step called; the wait takes its own once it is known.
-        create = self._replay.child_creator(name, workflow, params, id, on_parent_end)
+        create = self._replay.children.child_creator(name, workflow, params, id, on_parent_end)
         creating = self._loop_run.call(StepKind.DO, name, (name, create, None))
 
         async def child_result():
@@ -348,8 +359,8 @@ class AsyncWorkflowStep(WorkflowStep):
     async def rollback_all(self, error=None, *, continue_on_error=False):  # type: ignore[override]  # awaited, as every step call here
         undone: list[str] = []
         failures: list[Exception] = []
-        with self._replay.undos_running():
-            while (undo := self._replay.next_undo(error)) is not None:
+        with self._replay.undos.undos_running():
+            while (undo := self._replay.undos.next_undo(error)) is not None:
                 step_name, name, fn, config = undo
                 try:
                     await self._run_do(name, fn, config)
@@ -363,7 +374,7 @@ class AsyncWorkflowStep(WorkflowStep):
         return undone
 
 
-def drive(replay, run, event):
+def drive(replay: AsyncHost, run: Callable[..., Any], event: WorkflowEvent) -> Any:
     """Run ``run(event, step)``, an ``async def``, to its end in an event loop of its own; return what it
     returns."""
     loop_run = EventLoopRun(replay)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any
+from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -42,6 +42,7 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django_workflows import clock
 from django_workflows.control_flow import StoreError
 from django_workflows.errors import WorkflowConfigError
+from django_workflows.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.leases import keeper
 from django_workflows.timeouts import callers_transactions
 
@@ -50,8 +51,10 @@ class _RollBack(Exception):
     """The attempt failed: its transaction rolls back, and the failure is journaled after it."""
 
 
-def attempt_and_journal(steps, pending, number: int, journal_success) -> tuple[Any, str | None]:
-    """Run attempt ``number`` of an atomic step and, if it succeeds, journal it with
+def attempt_and_journal(steps: StepHost, attempt: Callable[..., Attempt], pending: PendingDo, number: int,
+                        journal_success: Callable[[Attempt], str]) -> tuple[Attempt, str | None]:
+    """Run attempt ``number`` of an atomic step (with ``attempt``, ``DoSteps.attempt``) and, if it
+    succeeds, journal it with
     ``journal_success(attempt) -> instance status``, in one transaction: ``(attempt, instance status)``,
     the status None when the attempt failed (nothing of it was committed; the caller journals the
     failure)."""
@@ -65,11 +68,11 @@ def attempt_and_journal(steps, pending, number: int, journal_success) -> tuple[A
         ))
     # Asked before the step's own transaction opens: an interrupted attempt ends that one with the rest.
     callers = callers_transactions(writer.connection)
-    outcome = None
+    outcome: Attempt | None = None
     try:
         with transaction.atomic(using=alias):
             with _only_on(alias, steps, pending), _watching(alias, steps, pending, number):
-                outcome = steps.attempt(pending, number, writer.connection, callers)
+                outcome = attempt(pending, number, writer.connection, callers)
             if outcome.failure is None and connections[alias].needs_rollback:
                 outcome = outcome._replace(text=None, value=None, failure=DatabaseError(
                     f"Step {pending.name!r} caught a database error inside its transaction and went on; "
@@ -80,6 +83,7 @@ def attempt_and_journal(steps, pending, number: int, journal_success) -> tuple[A
                 raise _RollBack()
             status = journal_success(outcome)
     except _RollBack:
+        assert outcome is not None  # rolled back after the attempt
         return outcome, None
     except IntegrityError as exc:
         # At the commit, a deferred constraint the body's writes broke (Django's foreign keys are

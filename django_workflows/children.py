@@ -17,32 +17,35 @@ for its end.
   too: a database error in one is the engine's (``StoreError``), which abandons the replay, never an error
   that run() could catch or the create step could count as a failed attempt.
 
-Mixed into the replay's steps (``step.JournaledSteps``).
+A collaborator of the replay (``step_host``), beside the waits it shares its rows with.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django_workflows import clock
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import Suspend
-from django_workflows.definition import registry
-from django_workflows.error_journal import describe_error, rebuild_error
+from django_workflows.definition import StepContext, registry
+from django_workflows.error_journal import rebuild_error
 from django_workflows.errors import (
     InvalidInstanceId,
     InvalidStepInput,
     NonRetryableError,
     WorkflowTimeoutError,
 )
-from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind, StepStatus
-from django_workflows.replay_state import ReplayState
+from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind
 from django_workflows.serialization import NotJournalable, encode
+from django_workflows.step_host import StepHost
 from django_workflows.store import children as store
 from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
+from django_workflows.waits import WaitRow, WaitSteps, finished
 
 # How long a parent waits for its child's end: the longest wait there is.
 CHILD_WAIT = timedelta(days=365)
@@ -56,10 +59,10 @@ class ChildIdTaken(NonRetryableError):
 class ChildWait:
     """The arguments of a child's wait, as an async run() plans it."""
 
-    created: dict
+    created: dict[str, Any]
 
 
-def wait_name(created: dict) -> str:
+def wait_name(created: dict[str, Any]) -> str:
     """The name of the wait for a child's end, from what its create step journaled."""
     return f"{created['step']} (result)"
 
@@ -72,12 +75,12 @@ def child_instance_id(parent_workflow: str, parent_id: str, key: str) -> str:
     return f"{parent_id}--{readable}"[: MAX_INSTANCE_ID - len(digest) - 1] + f"-{digest}"
 
 
-def is_child_creator(fn) -> bool:
+def is_child_creator(fn: Callable[..., Any]) -> bool:
     """Whether a step's body is the one that creates a child (``ChildSteps.child_creator``)."""
     return getattr(fn, "child_creator", False)
 
 
-def outcome(payload: dict):
+def outcome(payload: dict[str, Any]) -> Any:
     """The child's output, or its error raised again with its class."""
     if payload.get("status") == InstanceStatus.COMPLETE:
         return payload.get("output")
@@ -85,8 +88,17 @@ def outcome(payload: dict):
     raise rebuild_error(error)
 
 
-class ChildSteps(ReplayState):
-    def child_creator(self, name: str, workflow, params, instance_id, on_parent_end):
+class ChildSteps:
+    """The replay's side of ``step.child``, given the host and the waits (a child's wait for its end is
+    a wait row, whose event the child's end leaves in the inbox)."""
+
+    __slots__ = ("host", "waits")
+
+    def __init__(self, host: StepHost, waits: WaitSteps):
+        self.host, self.waits = host, waits
+
+    def child_creator(self, name: str, workflow: Any, params: Any, instance_id: str | None,
+                      on_parent_end: str) -> Callable[[StepContext], dict[str, Any]]:
         """Check ``step.child``'s arguments; return the body of its create step."""
         if not is_workflow_name(workflow):
             raise InvalidStepInput(f"step.child({name!r}): {workflow!r} is not a workflow name")
@@ -102,9 +114,9 @@ class ChildSteps(ReplayState):
             encode(params, workflow_settings.MAX_PARAMS_SIZE)
         except NotJournalable as exc:
             raise InvalidStepInput(f"step.child({name!r}): the params {exc}") from None
-        parent = self.instance
+        parent, writer = self.host.instance, self.host.writer
 
-        def create(ctx):
+        def create(ctx: StepContext) -> dict[str, Any]:
             # Not registered in this process (a rolling deploy, a misspelt name): retried, then raised.
             registry.get(workflow)
             key = f"{ctx.step.name}-{ctx.step.count}"
@@ -113,7 +125,7 @@ class ChildSteps(ReplayState):
             child = Instance(workflow_name=workflow, instance_id=child_id, params=params,
                              status=InstanceStatus.QUEUED, created_at=now, updated_at=now, parent_id=parent.pk,
                              parent_step=key, on_parent_end=on_parent_end)
-            pk = self.writer.insert_child(child)
+            pk = writer.insert_child(child)
             if pk is None:
                 raise ChildIdTaken(f"step.child({name!r}): workflow {workflow!r} already has an instance with id "
                                    f"{child_id!r}, which is not a child of this instance")
@@ -122,57 +134,39 @@ class ChildSteps(ReplayState):
         create.child_creator = True  # type: ignore[attr-defined]  # the mark is_child_creator() reads
         return create
 
-    def wait_for_child(self, name: str, created: dict, key: str | None = None):
+    def wait_for_child(self, name: str, created: dict[str, Any], key: str | None = None) -> Any:
         """Wait for the end of the child ``created`` (what its create step journaled); return its output
         or raise its error."""
+        host, writer = self.host, self.host.writer
         types = [store.end_event_type(created["pk"])]
-        key = key or self.next_key(name)
-        entry = self.lookup(key, StepKind.WAIT)
-        if entry is not None:
-            if entry.status == StepStatus.SUCCEEDED:
-                return outcome(entry.result["payload"])
-            if entry.status == StepStatus.FAILED:
-                assert entry.error is not None  # a failed step's row has its error
-                raise rebuild_error(entry.error)
-            assert entry.wake_at is not None  # a wait journaled as waiting has its deadline
-            deadline = entry.wake_at
-        else:
-            deadline = clock.now() + CHILD_WAIT
-        received = self._consume(key, name, entry, types, deadline, CHILD_WAIT)
+        key = key or host.next_key(name)
+        entry = host.lookup(key, StepKind.WAIT)
+        if entry is not None and finished(entry):
+            return outcome(entry.result["payload"])
+        row = WaitRow(key, name, entry, types, CHILD_WAIT)
+        received = self.waits.consume(row)
         if received is not None:
             return outcome(received.payload)
-        end = self.writer.child_end(created["pk"])
+        end = writer.child_end(created["pk"])
         if end is not None:
             # Finished, and its end not in the inbox: it ended just now (taken above on a second look), or
             # while this parent had finished, which was restarted since.
-            received = self._consume(key, name, entry, types, deadline, CHILD_WAIT)
+            received = self.waits.consume(row)
             if received is not None:
                 return outcome(received.payload)
             now = clock.now()
-            result = {"type": types[0], "payload": end, "timestamp": now.isoformat()}
-            if entry is None:
-                _, status = self.writer.insert(
-                    key=key, name=name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
-                    config=_config(types), result=result, wake_at=deadline, started_at=now, ended_at=now)
-            else:
-                _, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, result=result, ended_at=now)
-            self.after_write(status, key)
+            _, status = row.succeed(writer, {"type": types[0], "payload": end, "timestamp": now.isoformat()}, now)
+            host.after_write(status, key)
             return outcome(end)
         now = clock.now()
         if entry is None:
-            self.writer.insert(key=key, name=name, kind=StepKind.WAIT, status=StepStatus.WAITING,
-                               config=_config(types), wake_at=deadline, started_at=now)
-        elif deadline <= now:
+            row.start(writer, now)
+        elif row.deadline <= now:
             timeout_error = WorkflowTimeoutError(
                 f"Step {name!r}: child {created['workflow']}/{created['id']} did not end within {CHILD_WAIT.days} days",
                 step=key, event_types=types,
             )
-            _, status = self.writer.update(entry.id, status=StepStatus.FAILED, error=describe_error(timeout_error),
-                                           ended_at=deadline)
-            self.after_write(status, key)
+            _, status = row.time_out(writer, timeout_error)
+            host.after_write(status, key)
             raise timeout_error
-        raise Suspend(step_key=key, wake_at=deadline, waiting_for=types)
-
-
-def _config(types) -> dict:
-    return {"type": types, "timeout": int(CHILD_WAIT / timedelta(milliseconds=1))}
+        raise Suspend(step_key=key, wake_at=row.deadline, waiting_for=types)

@@ -20,18 +20,19 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 from django.db import connections
 
 from django_workflows.control_flow import Suspend
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import InvalidStepInput
-from django_workflows.replay_state import ReplayState
+from django_workflows.do_steps import DoSteps
+from django_workflows.step_host import Attempt, PendingDo, StepHost
 from django_workflows.validation import validate_step_name
 
 
-def parse_calls(calls) -> list[tuple]:
+def parse_calls(calls: Any) -> list[tuple[str, Any, dict[str, Any] | None]]:
     """``[(name, fn) or (name, fn, config), ...]`` as ``(name, fn, config)`` triples, or a clear error."""
     if not isinstance(calls, (list, tuple)) or not calls:
         raise InvalidStepInput(f"step.all takes a non-empty list of (name, fn) or (name, fn, config), got {calls!r}")
@@ -45,22 +46,30 @@ def parse_calls(calls) -> list[tuple]:
     return parsed
 
 
-class ConcurrentSteps(ReplayState):
-    """The replay's side of ``step.all``. Mixed into the replay's steps (``step.JournaledSteps``), whose
-    ``begin_do``, ``attempt`` and ``run_do`` each step goes through, as ``step.do`` does."""
+class ConcurrentSteps:
+    """The replay's side of ``step.all``, given the host and the ``step.do`` it runs each step with
+    (``DoSteps``: its ``begin_do``, ``attempt`` and ``run_do``), as ``step.do`` does."""
 
-    def all_steps(self, calls) -> list:
+    __slots__ = ("host", "steps")
+
+    def __init__(self, host: StepHost, steps: DoSteps):
+        self.host, self.steps = host, steps
+
+    def all_steps(self, calls: Any) -> list[Any]:
         parsed = parse_calls(calls)
-        results: list = [None] * len(parsed)
-        pending, failures, suspensions = [], [], []
+        steps, host = self.steps, self.host
+        results: list[Any] = [None] * len(parsed)
+        pending: list[tuple[int, PendingDo]] = []
+        failures: list[tuple[int, BaseException]] = []
+        suspensions: list[Suspend] = []
         for index, (name, fn, config) in enumerate(parsed):
             try:
-                answered, outcome = self.begin_do(name, fn, config)
+                answered, outcome = steps.begin_do(name, fn, config)
             except Suspend as suspension:
                 suspensions.append(suspension)
                 continue
             except USER_FAILURES as failure:
-                if self.fatal is not None:
+                if host.fatal is not None:
                     raise
                 failures.append((index, failure))
                 continue
@@ -71,11 +80,11 @@ class ConcurrentSteps(ReplayState):
         firsts = self.first_attempts_of([step for _, step in pending])
         for (index, step), first in zip(pending, firsts):
             try:
-                results[index] = self.run_do(step, first)
+                results[index] = steps.run_do(step, first)
             except Suspend as suspension:
                 suspensions.append(suspension)
             except USER_FAILURES as failure:
-                if self.fatal is not None:
+                if host.fatal is not None:
                     raise
                 failures.append((index, failure))
         if failures:
@@ -86,7 +95,7 @@ class ConcurrentSteps(ReplayState):
             raise paused[0] if paused else min(suspensions, key=lambda suspension: cast(datetime, suspension.wake_at))
         return results
 
-    def first_attempts_of(self, steps) -> list:
+    def first_attempts_of(self, steps: list[PendingDo]) -> list[Attempt | None]:
         """The first attempts of pending ``steps``, run side by side, in their order; None for a step
         whose attempts run when its turn to be journaled comes: an atomic one (its transaction is the
         replay thread's connection), or the only one."""
@@ -96,26 +105,27 @@ class ConcurrentSteps(ReplayState):
         ran = iter(self._first_attempts(side))
         return [None if step.policy.atomic else next(ran) for step in steps]
 
-    def _first_attempts(self, steps) -> list:
+    def _first_attempts(self, steps: list[PendingDo]) -> list[Attempt]:
         """Run each step's next attempt at once, each in a thread of its own; their outcomes in order."""
-        self.writer.check_lease()
+        host = self.host
+        host.writer.check_lease()
         # A step called from inside one of these bodies errors the instance, as from any step's body.
-        self.running_step = steps[0].key
+        host.running_step = steps[0].key
         try:
             with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="django-workflows-step") as pool:
                 futures = [pool.submit(self._attempt_in_thread, step) for step in steps]
                 outcomes = [future.result() for future in futures]
         finally:
-            self.running_step = None
+            host.running_step = None
         # Counted here, in the replay's thread, once all have ended: their CPU time was used in other
         # threads, and counts toward the replay's all the same.
         for outcome in outcomes:
-            self.count_cost(outcome)
+            host.count_cost(outcome)
         return outcomes
 
-    def _attempt_in_thread(self, step) -> tuple:
+    def _attempt_in_thread(self, step: PendingDo) -> Attempt:
         try:
-            return self.attempt(step, len(step.entry.attempts) + 1 if step.entry is not None else 1)
+            return self.steps.attempt(step, len(step.entry.attempts) + 1 if step.entry is not None else 1)
         finally:
             # The body's own connections, opened in this thread, end with it.
             connections.close_all()

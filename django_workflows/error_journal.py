@@ -31,6 +31,13 @@ def describe_error(exc: BaseException) -> dict:
     return described
 
 
+def instance_error(described: dict) -> dict:
+    """A described error as the instance's ``error`` keeps it: Cloudflare's ``{name, message}`` without
+    where its class lives or its arguments, which only a step's row (to raise it again) and a child's end
+    (to raise it in its parent) need."""
+    return {key: value for key, value in described.items() if key not in ("type", "args")}
+
+
 def _journalable_arguments(arguments: tuple) -> list | None:
     """``arguments`` as a JSON list that reads back the same, or None: never pickled, never a repr."""
     try:

@@ -21,15 +21,19 @@ The marker keeps how many steps run() had called when it was written; reaching `
 another number of steps on a later replay (the call moved among the steps) is a ``NonDeterminismError``.
 The answer is also remembered for the rest of the replay: the same id asked twice answers the same.
 
-Mixed into the replay's steps (``step.JournaledSteps``), beside the waits.
+A collaborator of the replay (``step_host``); the journal's side of the rule is the cursor's
+(``JournalCursor.patch_answer``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from django_workflows import clock
 from django_workflows.errors import InvalidStepInput, NonDeterminismError
+from django_workflows.journal_cursor import JournalCursor
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.replay_state import ReplayState
+from django_workflows.step_host import StepHost
 from django_workflows.store.journal import Entry
 from django_workflows.validation import validate_step_name
 
@@ -40,7 +44,20 @@ def marker_key(change_id: str) -> str:
     return f"patched({change_id})"
 
 
-class PatchSteps(ReplayState):
+class PatchSteps:
+    """The replay's side of ``step.patched``, given the host and the cursor (where run() stands among
+    the journal's steps)."""
+
+    __slots__ = ("host", "cursor", "answers", "deferred", "pending_markers")
+
+    def __init__(self, host: StepHost, cursor: JournalCursor):
+        self.host, self.cursor = host, cursor
+        # The answers of this replay, by change id; the markers an async run() asked for while its
+        # event loop ran, written once it is idle (async_run), when they are deferred.
+        self.answers: dict[str, bool] = {}
+        self.deferred = False
+        self.pending_markers: list[dict[str, Any]] = []
+
     def patched(self, change_id: str, deprecated: bool = False) -> bool:
         """Whether this instance takes the code guarded by ``change_id``; see the module's docstring.
         ``deprecated``: asked by ``step.deprecate_patch``, whose caller takes the new code whatever the
@@ -52,30 +69,19 @@ class PatchSteps(ReplayState):
                 f"step.patched({change_id!r}): a change id is a string of 1 to 256 characters without control "
                 "characters, as a step name is"
             ) from None
-        if change_id in self.patches:
-            return self.patches[change_id]
-        self.check_step_call(f"patched({change_id})")
+        if change_id in self.answers:
+            return self.answers[change_id]
+        self.host.check_step_call(f"patched({change_id})")
         key = marker_key(change_id)
-        position = self.keys_taken
-        entry = self.journal.get(key)
-        if entry is not None:
-            recorded = entry.result.get("after_steps") if isinstance(entry.result, dict) else None
-            if recorded is not None and recorded != position:
-                self.fail_fatally(NonDeterminismError(
-                    f"Instance {self.instance}: step.patched({change_id!r}) was reached after {position} "
-                    f"steps, but the journal recorded it after {recorded} (the call moved among the steps "
-                    "since the instance took the patch). Keep step.patched where it was when the patch was "
-                    "deployed; move the code it guards instead.",
-                    step=key, position=position, journaled_position=recorded,
-                ))
+        try:
+            answer = self.cursor.patch_answer(key, change_id)
+        except NonDeterminismError as exc:
+            self.host.fail_fatally(exc)
+        if answer is None:
+            # New ground: the instance takes the new path here, from now on.
+            self.record_patch(key, change_id, self.cursor.keys_taken, deprecated)
             answer = True
-        elif position < len(self.step_order()):
-            # The instance went on past this point on the code before the patch: it keeps to that code.
-            answer = False
-        else:
-            self.record_patch(key, change_id, position, deprecated)
-            answer = True
-        self.patches[change_id] = answer
+        self.answers[change_id] = answer
         return answer
 
     def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:
@@ -84,7 +90,7 @@ class PatchSteps(ReplayState):
         marker = {"key": key, "name": change_id, "kind": StepKind.PATCH, "status": StepStatus.SUCCEEDED,
                   "result": {"patched": True, "after_steps": position},
                   "config": {"deprecated": True} if deprecated else None}
-        if self.markers_deferred:
+        if self.deferred:
             self.pending_markers.append(marker)
         else:
             self._write_marker(marker)
@@ -94,17 +100,9 @@ class PatchSteps(ReplayState):
         while self.pending_markers:
             self._write_marker(self.pending_markers.pop(0))
 
-    def _write_marker(self, marker: dict) -> None:
+    def _write_marker(self, marker: dict[str, Any]) -> None:
         now = clock.now()
         # A marker is not a step: a pause asked meanwhile is taken at the next step, not here.
-        step_id, _ = self.writer.insert(started_at=now, ended_at=now, **marker)
-        self.journal[marker["key"]] = Entry(step_id, StepKind.PATCH, StepStatus.SUCCEEDED, [], marker["result"],
-                                            None, None, now)
-
-    def step_order(self) -> list[str]:
-        """The journal's step keys in the order they were first written, markers left out."""
-        if self.journaled_order is None:
-            # Rows are written in the order run() called the steps, and ids grow with each write.
-            self.journaled_order = [key for key, entry in sorted(self.journal.items(), key=lambda item: item[1].id)
-                                    if entry.kind != StepKind.PATCH]
-        return self.journaled_order
+        step_id, _ = self.host.writer.insert(started_at=now, ended_at=now, **marker)
+        self.cursor.note(marker["key"], Entry(step_id, StepKind.PATCH, StepStatus.SUCCEEDED, [], marker["result"],
+                                              None, None, now))

@@ -11,21 +11,22 @@ records why and until when, releases the lease, and the worker is free.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
-import threading
 import time
-import traceback
-from datetime import datetime, timedelta
-from typing import NoReturn
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, NoReturn, TypeVar
 
 from django.db import DatabaseError
 
-from django_workflows import async_run, clock, lifecycle, rollbacks, telemetry
-from django_workflows.conf import HARD_STEP_LIMIT, workflow_settings
+from django_workflows import async_run, clock, lifecycle, telemetry
+from django_workflows.children import ChildSteps
+from django_workflows.concurrent_steps import ConcurrentSteps
+from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, registry
-from django_workflows.error_journal import USER_FAILURES, describe_error
+from django_workflows.do_steps import DoSteps
+from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import (
     CpuTimeLimitExceeded,
     InstanceTerminated,
@@ -34,35 +35,28 @@ from django_workflows.errors import (
     PoisonInstance,
     StepInTransaction,
     StepLimitExceeded,
-    StepResultError,
     WorkflowError,
     WorkflowNotFound,
 )
 from django_workflows.executors import enqueue
-from django_workflows.models import Instance, InstanceStatus, StepStatus
+from django_workflows.journal_cursor import JournalCursor
+from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions, limited
-from django_workflows.serialization import NotJournalable, encode, storable_text
+from django_workflows.patches import PatchSteps
+from django_workflows.replay_costs import ReplayCosts
+from django_workflows.replay_endings import Endings
+from django_workflows.replay_outcome import Ending, Outcome, decide
+from django_workflows.rollbacks import UndoSteps
 from django_workflows.signals import replay_finished, replay_started
-from django_workflows.step import JournaledSteps, WorkflowStep
-from django_workflows.store import children, leases, retention
-from django_workflows.store.journal import (
-    WAITING_UNLESS_PAUSE_ASKED,
-    Costs,
-    Entry,
-    JournalWriter,
-    encoded,
-    load,
-)
+from django_workflows.step import WorkflowStep
+from django_workflows.step_host import Attempt
+from django_workflows.store import leases
+from django_workflows.store.journal import Entry, JournalWriter, load
 from django_workflows.validation import validate_step_name
+from django_workflows.waits import WaitSteps
 
-# After a StoreError: when the wake-up loop replays the instance again, and the pauses between the
-# attempts to give its lease back (the database may be restarting or failing over).
-ABANDONED_REPLAY_DELAY = timedelta(seconds=2)
-# How long an instance whose workflow is not registered here waits before a worker looks again: long
-# enough not to spin while the deploy finishes, short enough that the new workers pick it up soon.
-UNREGISTERED_RECHECK = timedelta(seconds=30)
-ABANDON_PAUSES = (0.0, 0.5, 2.0)
 logger = logging.getLogger("django_workflows.replay")
+T = TypeVar("T")
 
 
 def replay(instance_pk: int) -> bool:
@@ -84,19 +78,20 @@ def replay(instance_pk: int) -> bool:
         replay_started.send_robust(sender=Instance, started=started, **signal_args)
     span = telemetry.start_replay(instance) if telemetry.ENABLED else None
     outcome, current = "fenced", Replay(instance, now, span)
+    endings = current.endings
     try:
         with leases.keeper.hold(instance_pk, instance.epoch, taken) as current.writer.lease:
             # With OpenTelemetry on, the replay's span is the current one while run() runs.
             outcome = current.run() if span is None else telemetry.run_in_span(span, current.run)
     except StoreError as exc:
-        outcome = current.abandon(exc)
+        outcome = endings.abandon(exc)
     finally:
         current.writer.close()
         if replay_finished.receivers:
             replay_finished.send_robust(sender=Instance, outcome=outcome, started=started,
-                                        released=current.released or time.time(), **signal_args)
+                                        released=endings.released or time.time(), **signal_args)
         if span is not None:
-            telemetry.end_replay(span, outcome, current.failure)
+            telemetry.end_replay(span, outcome, endings.failure)
         _hand_on(instance.workflow_name)
     return True
 
@@ -117,23 +112,28 @@ def _hand_on(workflow_name: str) -> None:
         logger.warning("could not hand on the free slots of workflow %r", workflow_name, exc_info=True)
 
 
-class Replay(JournaledSteps):
-    def __init__(self, instance: leases.Claim, started_at: datetime | None = None, span=None):
-        # The replay's CPU time: this thread's from here on, and that of the step bodies that ran in
-        # other threads (step.all). Waiting (I/O, sleeps, locks) is in neither.
-        self.thread = threading.get_ident()
-        self.cpu_started = time.thread_time()
-        self.cpu_elsewhere = 0.0
-        # Seconds the step attempts of this replay took, end to end.
-        self.step_wall = 0.0
-        self.cpu_time_limit: float | None = None
+class Replay:
+    """One replay of an instance: the ``StepHost`` its step calls run in, and how it ends.
+
+    Where it stands in the journal is its cursor's; each kind of step is a collaborator built here with
+    what it needs (``steps`` for step.do, ``waits``, ``children``, ``patches``, ``undos``, ``concurrent``
+    for step.all); what it costs is ``costs``'s. How it ends is decided once run() is over
+    (``replay_outcome.decide``), and the lease is given back by one statement (``_release``)."""
+
+    def __init__(self, instance: leases.Claim, started_at: datetime | None = None, span: Any = None):
         self.instance = instance
-        self.pk = instance.pk
+        # When the lease was taken (the database's clock): how late a timer fired is measured from it.
+        self.started_at = started_at
         self.writer = JournalWriter(instance.pk, instance.epoch)
-        self.journal: dict[str, Entry] = {}
-        self.occurrences: dict[str, int] = {}
-        self.steps_taken = 0
-        self.step_limit = workflow_settings.STEP_LIMIT
+        # Signals and log records of the instance's life; run inside a transaction (a test's, an inline
+        # replay in an atomic request), the signals wait for its commit.
+        self.report = lifecycle.Reporter(instance.pk, instance.instance_id, instance.workflow_name)
+        if self.writer.connection.in_atomic_block:
+            self.report.alias = self.writer.alias
+        self.cursor = JournalCursor(str(instance), step_limit=workflow_settings.STEP_LIMIT)
+        self.costs = ReplayCosts()
+        self.endings = Endings(instance, self.writer, self.report, self.costs)
+        # Remembered, so the instance is errored even if run() catches it.
         self.fatal: WorkflowError | None = None
         # The suspension a step asked for: a bare ``except:`` in run() may swallow it, but every later
         # step raises it again, and the replay suspends as asked whatever run() does next.
@@ -141,47 +141,17 @@ class Replay(JournaledSteps):
         # How deep in atomic blocks the journal's connection was when run() began: a step called
         # deeper sits in a transaction run() opened, which a suspension would roll back.
         self.atomic_depth = 0
-        # The journal's step keys in the order they were first written (step.patched's markers left
-        # out), and how many steps this replay has looked up: the n-th step called must be the n-th
-        # journaled one.
-        self.journaled_order: list[str] | None = None
-        self.steps_called = 0
-        # How many step keys run() has taken (an async run() takes them as it calls its steps, before
-        # they are looked up): where a step.patched stands among the steps.
-        self.keys_taken = 0
-        # step.patched's answers in this replay, by change id; the markers an async run() asked for
-        # while its event loop ran, written once it is idle (async_run), when markers_deferred.
-        self.patches: dict[str, bool] = {}
-        self.markers_deferred = False
-        self.pending_markers: list[dict] = []
-        # The key of the step whose body is running: an interruption by its timeout may arrive
-        # meanwhile, so the engine must not touch the journal until it returns.
         self.running_step: str | None = None
-        # The workflow's declared events by type (None: it accepts any type), read once per replay.
-        self.declared_events: dict | None = None
-        self.result_limit = workflow_settings.MAX_STEP_RESULT_SIZE
-        # Wall-clock time just before the write that releases the lease, for replay_finished.
-        self.released: float | None = None
-        # Each step's journal entry (or None), by key, from where run() first reached it.
-        self.examined: dict[str, Entry | None] = {}
-        # Steps that succeeded with an undo, in the order they succeeded (rollbacks.PendingUndo).
-        self.rollbacks: list = []
-        self.undoing: str | None = None
-        # terminate(rollback=True) was asked: run() stops at the first unfinished step, the undos run.
-        self.terminating = bool(instance.terminating)
-        self.rolling_back = False
-        # When the lease was taken (the database's clock): how late a timer fired is measured from it.
-        self.started_at = started_at
-        # The replay's OpenTelemetry span, if it records (None with telemetry off, with no SDK configured,
-        # or when the sampler dropped it): each step attempt's span is its child.
-        self.span = span if span is not None and span.is_recording() else None
-        # What ended the replay in error (the instance's error, or a failed statement), for its span.
-        self.failure: BaseException | None = None
-        # Signals and log records of the instance's life; run inside a transaction (a test's, an inline
-        # replay in an atomic request), the signals wait for its commit.
-        self.report = lifecycle.Reporter(instance.pk, instance.instance_id, instance.workflow_name)
-        if self.writer.connection.in_atomic_block:
-            self.report.alias = self.writer.alias
+        # The collaborators, one per kind of step. The replay's OpenTelemetry span, if it records (None
+        # with telemetry off, with no SDK configured, or when the sampler dropped it), is each step
+        # attempt's parent.
+        self.undos = UndoSteps(self, terminating=bool(instance.terminating))
+        self.steps = DoSteps(self, self.cursor, self.undos, span if span is not None and span.is_recording() else None,
+                             workflow_settings.MAX_STEP_RESULT_SIZE)
+        self.waits = WaitSteps(self)
+        self.children = ChildSteps(self, self.waits)
+        self.patches = PatchSteps(self, self.cursor)
+        self.concurrent = ConcurrentSteps(self, self.steps)
 
     # The outcome of the whole replay.
 
@@ -194,32 +164,16 @@ class Replay(JournaledSteps):
             self.report.fenced()
             return "fenced"
 
-    def abandon(self, error: StoreError | None = None) -> str:
-        """A statement of the engine's own failed: give the lease back and let the wake-up loop replay
-        the instance shortly. The connection is dropped first, whatever state the failure left it in.
-        If the database cannot be reached for that either, the lease expires and the sweeper queues
-        the instance again."""
-        if error is not None:
-            self.failure = error
-            self.report.abandoned(error)
-        connection = self.writer.connection
-        for pause in ABANDON_PAUSES:
-            time.sleep(pause)
-            self.writer.close()
-            connection.close()
-            try:
-                now = clock.now()
-                released = self.writer.abandon(now, now + ABANDONED_REPLAY_DELAY, self.costs())
-            except DatabaseError:
-                continue
-            return "abandoned" if released else "fenced"
-        return "abandoned"
+    def load_journal(self, journal: dict[str, Entry]) -> None:
+        """Start from ``journal`` (the instance's rows by step key), with run() about to be called."""
+        self.cursor.journal = journal
+        self.atomic_depth = len(self.writer.connection.atomic_blocks)
 
     def _run(self) -> str:
         instance = self.instance
         poison_limit = workflow_settings.POISON_LIMIT
         if instance.crash_count >= poison_limit:
-            return self.errored(PoisonInstance(
+            return self.endings.errored(PoisonInstance(
                 f"Instance {instance} was parked: {instance.crash_count} replays in a row ended with the "
                 f"worker gone before they finished (the limit is POISON_LIMIT = {poison_limit}). A step "
                 "probably kills or hangs its process (memory, a segfault, a timeout of the task queue). "
@@ -229,261 +183,98 @@ class Replay(JournaledSteps):
         try:
             workflow_class = registry.get(instance.workflow_name)
         except WorkflowNotFound:
-            return self.await_registration()
+            return self.endings.await_registration(self.started_at)
         workflow_options = WorkflowOptions.of(workflow_class)
-        self.declared_events = workflow_options.events
-        self.step_limit = workflow_options.step_limit
+        self.waits.declared_events = workflow_options.events
+        self.cursor.step_limit = workflow_options.step_limit
         try:
-            self.cpu_time_limit = workflow_options.cpu_time_limit.total_seconds()
+            self.costs.cpu_time_limit = workflow_options.cpu_time_limit.total_seconds()
         except WorkflowError as exc:  # a value manage.py check reports (E019)
-            return self.errored(exc, "")
+            return self.endings.errored(exc, "")
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
-            return self.suspend(Suspend(pause=True))
+            return self.endings.suspend(Suspend(pause=True))
         # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
         # too), and journal rows are only written under a lease: there is nothing to load.
-        self.journal = load(self.pk) if instance.epoch > 1 else {}
-        self.atomic_depth = len(self.writer.connection.atomic_blocks)
+        self.load_journal(load(instance.pk) if instance.epoch > 1 else {})
         event = WorkflowEvent(
             payload=instance.params,
             timestamp=instance.created_at,
             instance_id=instance.instance_id,
             workflow_name=instance.workflow_name,
         )
-        self.report.started(instance.epoch, bool(self.journal))
+        self.report.started(instance.epoch, bool(self.cursor.journal))
+        raised: BaseException | None = None
+        output = None
         try:
             workflow = workflow_class()
             if inspect.iscoroutinefunction(workflow.run):
                 output = async_run.drive(self, workflow.run, event)
             else:
                 output = workflow.run(event, WorkflowStep(self))
-        except Terminating:
+        except (Terminating, Suspend, *USER_FAILURES) as exc:
+            raised = exc
+        return self.end(decide(raised, output, fatal=self.fatal, suspended=self.suspended,
+                               terminating=self.undos.terminating, undos_remembered=bool(self.undos.pending)))
+
+    def end(self, outcome: Outcome) -> str:
+        """End the replay as ``outcome`` says; return the status it left."""
+        ending, endings = outcome.ending, self.endings
+        if ending is Ending.COMPLETE:
+            return endings.complete(outcome.value, self.steps.result_limit)
+        if ending is Ending.SUSPEND:
+            return endings.suspend(outcome.value)
+        if ending is Ending.TERMINATE:
             return self.terminate_rolling_back()
-        except Suspend as suspension:
-            if self.fatal is not None:
-                return self.errored(self.fatal, "")
-            return self.suspend(suspension)
-        except USER_FAILURES as exc:
-            if self.fatal is None and self.suspended is not None:
-                # run() swallowed a suspension, then failed (a hand-written retry loop giving up):
-                # the step it swallowed has not failed, it waits.
-                return self.suspend(self.suspended)
-            # SystemExit and KeyboardInterrupt raised by the workflow's own code fail the instance
-            # instead of the worker: django-q2's workers ignore SIGINT, so they cannot be an operator's.
-            failure_traceback = traceback.format_exc()
-            if self.terminating and self.fatal is None:
-                return self.terminate_rolling_back()
-            if self.fatal is None and self.rollbacks:
-                return self.roll_back(exc, failure_traceback)
-            return self.errored(self.fatal or exc, failure_traceback)
-        if self.fatal is not None:
-            return self.errored(self.fatal, "")
-        if self.terminating:
-            # run() swallowed the stop, or every step it called was journaled: terminate all the same.
-            return self.terminate_rolling_back()
-        if self.suspended is not None:
-            # run() swallowed a suspension and returned: the instance is not done, it waits.
-            return self.suspend(self.suspended)
-        return self.complete(output)
-
-    def _finish(self, end: dict | None = None, **fields) -> str | bool | None:
-        """Release the lease with ``fields``; ``end`` is what a child workflow's parent receives as it
-        ends (``children.end_payload``), sent in the same transaction. An instance without a parent
-        writes one statement, as ever."""
-        self.released = time.time()
-        if "ended_at" in fields:
-            # Ending: when the instance's own retention deletes it, written by the same statement.
-            fields["purge_at"] = retention.own_purge_at(fields["status"], fields["ended_at"],
-                                                        self.instance.success_retention,
-                                                        self.instance.error_retention)
-        if end is not None and self.instance.parent_id is not None:
-            return self.writer.release_ending_child(self.instance.parent_id, end, clock.now(), costs=self.costs(),
-                                                    **fields)
-        return self.writer.release(clock.now(), costs=self.costs(), **fields)
-
-    # What the replay costs.
-
-    def cpu_used(self) -> float:
-        """Seconds of CPU time this replay has used so far, in every thread it ran a step body in."""
-        return time.thread_time() - self.cpu_started + self.cpu_elsewhere
-
-    def costs(self) -> Costs:
-        """What the replay adds to the instance's totals as it ends."""
-        return Costs(cpu_ms=self.cpu_used() * 1000, step_wall_ms=self.step_wall * 1000)
-
-    def count_cost(self, attempt) -> None:
-        """Count a step attempt's cost; called in this replay's thread, whichever thread ran the body.
-        A body that ran here is in this thread's CPU time already."""
-        self.step_wall += attempt.wall
-        if attempt.thread != self.thread:
-            self.cpu_elsewhere += attempt.cpu
-
-    def cpu_time_exceeded(self, step: str) -> CpuTimeLimitExceeded | None:
-        """The error that stops the replay before ``step`` if it used more CPU time than its limit."""
-        if self.cpu_time_limit is None:
-            return None
-        used = self.cpu_used()
-        if used <= self.cpu_time_limit:
-            return None
-        limit = self.cpu_time_limit
-        return CpuTimeLimitExceeded(
-            f"Instance {self.instance} used {_seconds_over(used, limit)} s of CPU in one replay, over its "
-            f"cpu_time_limit of {limit:g} s; it was stopped at step {step!r}. Waiting on I/O, sleeps and "
-            "waits for events do not count. Raise cpu_time_limit on the workflow class (at most 5 "
-            "minutes), or spread the work over replays (each step.sleep or wait for an event starts a "
-            "new one).",
-            step=step, limit_ms=round(limit * 1000, 3), used_ms=round(used * 1000, 3),
-        )
-
-    def check_cpu_time(self, step: str) -> None:
-        exceeded = self.cpu_time_exceeded(step)
-        if exceeded is not None:
-            self.fail_fatally(exceeded)
-
-    def complete(self, output) -> str:
-        try:
-            text, _ = encode(output, self.result_limit)
-        except NotJournalable as exc:
-            return self.errored(StepResultError(f"The output of run() {exc}"), "")
-        now = clock.now()
-        end = children.end_payload(InstanceStatus.COMPLETE, json.loads(text)) if self.instance.parent_id else None
-        if not self._finish(end, status=InstanceStatus.COMPLETE, output=encoded(text), ended_at=now, wake_at=None,
-                            waiting_for=None, current_step=""):
-            raise Fenced()
-        self.report.completed(output)
-        return InstanceStatus.COMPLETE
-
-    def undo_all(self, error: BaseException) -> dict:
-        """Run the remembered undos, last first, and return the rollback's outcome; an undo that must
-        wait (a retry's delay) raises its ``Suspend``."""
-        undone = len(self.rollbacks)
-        self.rolling_back = True
-        try:
-            self.rollback_all(error)
-        except USER_FAILURES as undo_failure:
-            if self.fatal is not None:
-                raise self.fatal from None
-            described = describe_error(undo_failure)
-            del described["type"]
-            described.pop("args", None)
-            # The undo that failed was taken off the list; those before it were undone.
-            return rollbacks.outcome(undone - len(self.rollbacks) - 1, failed_step=self.undoing, error=described)
-        return rollbacks.outcome(undone)
+        if ending is Ending.ROLL_BACK:
+            return self.roll_back(outcome.value, outcome.traceback)
+        return endings.errored(outcome.value, outcome.traceback)
 
     def roll_back(self, failure: BaseException, failure_traceback: str) -> str:
         """run() failed after steps with undos succeeded: run the undos, then error the instance with the
         failure and the rollback's outcome."""
-        try:
-            outcome = self.undo_all(failure)
-        except Suspend as suspension:
-            return self.errored(self.fatal, "") if self.fatal is not None else self.suspend(suspension)
-        except WorkflowError as fatal:
-            return self.errored(fatal, "")
-        return self.errored(failure, failure_traceback, rollback=outcome)
+        return self._after_undos(failure, lambda outcome: self.endings.errored(failure, failure_traceback,
+                                                                               rollback=outcome))
 
     def terminate_rolling_back(self) -> str:
         """terminate(rollback=True): run the undos of the steps run() reached, then end terminated."""
         stop = InstanceTerminated(f"Instance {self.instance} was terminated with rollback.")
+        return self._after_undos(stop, lambda outcome: self.endings.terminated(stop, outcome))
+
+    def _after_undos(self, error: BaseException, then: Callable[[dict[str, Any]], str]) -> str:
+        """Run the undos (their handlers receive ``error``), then end as ``then`` does with their outcome;
+        an undo waiting out a retry's delay suspends the instance, and a fatal error errors it."""
         try:
-            outcome = self.undo_all(stop)
+            outcome = self.undos.undo_all(error, self.steps.do)
         except Suspend as suspension:
-            if self.fatal is not None:
-                return self.errored(self.fatal, "")
-            return self.suspend(suspension)
+            return self.end(decide(suspension, None, fatal=self.fatal, suspended=None, terminating=False,
+                                   undos_remembered=False))
         except WorkflowError as fatal:
-            return self.errored(fatal, "")
-        error = {**describe_error(stop), "rollback": outcome}
-        end = children.end_payload(InstanceStatus.TERMINATED, error=dict(error)) if self.instance.parent_id else None
-        del error["type"]
-        error.pop("args", None)
-        if not self._finish(end, status=InstanceStatus.TERMINATED, terminating=False, error=error, ended_at=clock.now(),
-                            wake_at=None, waiting_for=None, current_step=""):
-            raise Fenced()
-        self.report.terminated(outcome)
-        return InstanceStatus.TERMINATED
+            return self.endings.errored(fatal, "")
+        return then(outcome)
 
-    def errored(self, exc: BaseException, tb: str, rollback: dict | None = None) -> str:
-        error = describe_error(exc)
-        end = children.end_payload(InstanceStatus.ERRORED, error=dict(error)) if self.instance.parent_id else None
-        del error["type"]
-        error.pop("args", None)
-        if rollback is not None:
-            error["rollback"] = rollback
-        now = clock.now()
-        if not self._finish(end, status=InstanceStatus.ERRORED, error=error, traceback=storable_text(tb),
-                            ended_at=now, wake_at=None, waiting_for=None):
-            raise Fenced()
-        self.failure = exc
-        self.report.errored(exc, rollback)
-        return InstanceStatus.ERRORED
+    # The StepHost: what every step call goes through.
 
-    def await_registration(self) -> str:
-        """The workflow is not registered in this process: an old worker in a rolling deploy, or a
-        workflows.py that failed to import. Erroring the instance would end it for good over a state
-        of the deployment, so it waits instead, its journal untouched, and the wake-up loop hands it
-        to a worker again a little later: one that knows the class runs it from where it stopped."""
-        name = self.instance.workflow_name
-        reason = (
-            f"workflow {name!r} is not registered in this process: waiting for a worker that knows it "
-            "(a rolling deploy, or a workflows.py that failed to import: see manage.py check)"
-        )
-        if registry.import_errors:
-            reason += f"; in this process {', '.join(sorted(registry.import_errors))} failed to import"
-        wake_at = clock.now() + UNREGISTERED_RECHECK
-        # Taking the lease noted the instance's first start; it did not start. Left noted, the start
-        # would spend a place in its workflow's rate-limit window now, and the worker that knows the
-        # class would find it started already and run it without asking the limit.
-        first_start = {"started_at": None} if self.instance.started_at == self.started_at else {}
-        status = self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=wake_at, waiting_for=None,
-                              waiting_reason=reason, crash_count=self.instance.crash_count, **first_start)
-        if not status:
-            raise Fenced()
-        if status == InstanceStatus.PAUSED:
-            self.report.paused("")
-            return InstanceStatus.PAUSED
-        self.report.unregistered(wake_at)
-        return InstanceStatus.WAITING
+    def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call a step (``do``, ``sleep``, ``wait_for_event``...), remembering a suspension it asks for."""
+        if self.writer.fenced:
+            # The lease was lost and run() swallowed the Fenced: it stops here, as at a suspension.
+            raise self.writer.fence()
+        if self.suspended is not None:
+            raise self.suspended
+        try:
+            return method(*args, **kwargs)
+        except Suspend as suspension:
+            self.suspended = suspension
+            raise
 
-    def suspend(self, suspension: Suspend) -> str:
-        key = suspension.step_key
-        if suspension.pause:
-            if not self._finish(status=InstanceStatus.PAUSED, current_step=key):
-                raise Fenced()
-            self.report.paused(key)
-            return InstanceStatus.PAUSED
-        if not suspension.waiting_for:
-            # Paused instead if a pause was asked meanwhile: the release says which.
-            status = self._finish(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at,
-                                  waiting_for=None, current_step=key)
-            if not status:
-                raise Fenced()
-        else:
-            self.released = time.time()
-            status = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for, self.costs(),
-                                                            wake_at=suspension.wake_at, current_step=key)
-            if status is None:
-                raise Fenced()
-            if status == InstanceStatus.QUEUED:
-                # An event it waits for was in the inbox already: replayed again at once.
-                enqueue(self.pk)
-                return status
-        if status == InstanceStatus.PAUSED:
-            self.report.paused(key)
-            return InstanceStatus.PAUSED
-        self.report.waiting(key, "event" if suspension.waiting_for else suspension.reason or "sleep",
-                            suspension.wake_at, suspension.waiting_for)
-        return InstanceStatus.WAITING
-
-    # Bookkeeping shared by the steps.
-
-    def next_key(self, name) -> str:
+    def next_key(self, name: str) -> str:
         validate_step_name(name)
         self.check_step_call(name)
-        count = self.occurrences.get(name, 0) + 1
-        key = f"{name}-{count}"
+        key = self.cursor.take_key(name)
         # Every step call is a step boundary: past its CPU time limit, the replay stops here.
-        self.check_cpu_time(key)
-        self.occurrences[name] = count
-        self.keys_taken += 1
+        exceeded = self.cpu_time_exceeded(key)
+        if exceeded is not None:
+            self.fail_fatally(exceeded)
         return key
 
     def check_step_call(self, name: str) -> None:
@@ -512,65 +303,27 @@ class Replay(JournaledSteps):
         raise exc
 
     def lookup(self, key: str, kind: str) -> Entry | None:
-        # Looked up once per replay, where run() first reaches it: an async run() may look at a step
-        # its event loop has not finished with in several rounds, and position counts the first.
-        if key in self.examined:
-            entry = self.examined[key]
-        else:
-            entry = self.examined[key] = self._lookup(key, kind)
-        if self.terminating and not self.rolling_back and (
-                entry is None or entry.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED)):
+        try:
+            entry = self.cursor.examine(key, kind)
+        except NonDeterminismError as exc:
+            self.fail_fatally(exc)
+        if self.undos.stops_at(entry):
             # Stopped before anything new runs, sleeps or waits: the undos of what ran come next.
             raise Terminating()
         return entry
 
-    def _lookup(self, key: str, kind: str) -> Entry | None:
-        position = self.steps_called
-        self.steps_called += 1
-        if self.journal:
-            # step.patched's markers are not steps: they take no position (patches.py).
-            order = self.step_order()
-            if position < len(order) and order[position] != key:
-                expected = order[position]
-                self.fail_fatally(NonDeterminismError(
-                    f"Instance {self.instance}: step {position + 1} of run() is {key!r}, but the journal has "
-                    f"{expected!r} there (a step renamed, removed, inserted or reordered since the instance "
-                    "began). run() must call the journaled steps in the same order on every replay; new steps "
-                    "may only follow them. Deploy the change as a workflow of another name, or restart() the "
-                    "instance to run it from the top under the new code.",
-                    step=key, expected_step=expected, position=position + 1,
-                ))
-        entry = self.journal.get(key)
-        if entry is not None and entry.kind != kind:
-            self.fail_fatally(NonDeterminismError(
-                f"Step {key!r} of instance {self.instance}: the journal has it as a {entry.kind} step, "
-                f"but this replay reached it as a {kind} step. run() must call the same steps in the same "
-                "order on every replay; to change a workflow's shape, give the new version another name "
-                "or restart the instance.",
-                step=key, journaled_kind=entry.kind, replayed_kind=kind,
-            ))
-        return entry
-
     def count_step(self, key: str, journaled: bool) -> None:
-        self.steps_taken += 1
-        if self.steps_taken > self.step_limit and not journaled:
-            self.fail_fatally(StepLimitExceeded(
-                f"Instance {self.instance} reached the step limit of {self.step_limit} steps "
-                "(step.do; sleeps and waits for events do not count) at step "
-                f"{key!r}. Set step_limit on the workflow class (at most {HARD_STEP_LIMIT}) "
-                "or split the work across instances.",
-                step=key, limit=self.step_limit,
-            ))
+        try:
+            self.cursor.count_step(key, journaled)
+        except StepLimitExceeded as exc:
+            self.fail_fatally(exc)
 
     def after_write(self, status: str, key: str) -> None:
         if status == InstanceStatus.WAITING_FOR_PAUSE:
             raise Suspend(pause=True, step_key=key)
 
+    def count_cost(self, attempt: Attempt) -> None:
+        self.costs.count(attempt)
 
-def _seconds_over(used: float, limit: float) -> str:
-    """``used`` seconds to a tenth, or to as many decimals as it takes to read as more than ``limit``
-    (0.25 s over a limit of 0.2 s, not "0.2 s")."""
-    for digits in (1, 2):
-        if round(used, digits) > limit:
-            return f"{used:.{digits}f}"
-    return f"{used:.3f}"
+    def cpu_time_exceeded(self, step: str) -> CpuTimeLimitExceeded | None:
+        return self.costs.exceeded(self.cursor.instance, step)

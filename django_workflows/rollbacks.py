@@ -23,13 +23,18 @@ A handler whose parameters are exactly ``(error, output)`` reads the same either
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from django_workflows.definition import StepContext, StepIdentity, parameters
+from django_workflows.error_journal import USER_FAILURES, describe_error, instance_error
 from django_workflows.errors import WorkflowConfigError
-from django_workflows.replay_state import ReplayState
+from django_workflows.models import StepStatus
+from django_workflows.policy import StepPolicy
+from django_workflows.step_host import StepHost
+from django_workflows.store.journal import Entry
 
 ROLLBACK_KEYS = ("rollback", "rollback_config", "rollbackConfig")
 PREFIX = "rollback "
@@ -40,10 +45,10 @@ class PendingUndo:
     """A step that succeeded with an undo, waiting to be rolled back if the instance fails."""
 
     step_name: str
-    handler: Any
-    config: dict | None
+    handler: Callable[..., Any]
+    config: dict[str, Any] | None
     output: Any
-    context: Any
+    context: StepContext
 
 
 def split_config(config: dict, where: str) -> tuple[dict | None, Any, dict | None]:
@@ -99,37 +104,61 @@ def call_with_named(fn, **available):
     return fn(**{name: value for name, value in available.items() if name in names})
 
 
-class UndoSteps(ReplayState):
-    """The replay's side of undos: remembering each step that succeeded with one, and running them.
-    Mixed into the replay's steps (``step.JournaledSteps``), whose ``do`` runs each undo as a step."""
+# How a step is run (``DoSteps.do``): an undo runs as a step of its own.
+RunStep = Callable[[str, Callable[..., Any], "dict[str, Any] | None"], object]
 
-    # Steps that succeeded with an undo, in the order they succeeded, and the undo step running (kept by
-    # replay.Replay).
-    rollbacks: list[PendingUndo]
-    undoing: str | None
 
-    def _context(self, name: str, key: str, attempt: int, policy) -> StepContext:
-        # The count is the key's ("<name>-<count>"): steps run side by side may share a name.
-        return StepContext(StepIdentity(name, int(key.rpartition("-")[2])), attempt, policy.as_config())
+def step_context(name: str, key: str, attempt: int, policy: StepPolicy) -> StepContext:
+    """The context a step's body (or its undo) receives: its name and count, attempt and config."""
+    # The count is the key's ("<name>-<count>"): steps run side by side may share a name.
+    return StepContext(StepIdentity(name, int(key.rpartition("-")[2])), attempt, policy.as_config())
 
-    def _remember_undo(self, name, key, handler, undo_config, output, policy, attempt) -> None:
-        self.rollbacks.append(PendingUndo(name, handler, undo_config, output,
-                                          self._context(name, key, attempt, policy)))
 
-    def next_undo(self, error) -> tuple | None:
+class UndoSteps:
+    """The replay's side of undos: remembering each step that succeeded with one, and running them,
+    each as a step (the ``run_step`` it is given).
+
+    It also keeps whether the instance is being terminated with rollback (``terminate(rollback=True)``):
+    then run() stops at the first unfinished step (``stops_at``), and the undos run instead."""
+
+    __slots__ = ("host", "pending", "undoing", "terminating", "rolling_back", "running")
+
+    def __init__(self, host: StepHost, terminating: bool):
+        self.host = host
+        # Steps that succeeded with an undo, in the order they succeeded; the undo step running.
+        self.pending: list[PendingUndo] = []
+        self.undoing: str | None = None
+        self.terminating = terminating
+        # The undos of a failed or terminated run() are running (the replay's own rollback), or an
+        # undo is (any rollback): see undos_running.
+        self.rolling_back = False
+        self.running = False
+
+    def stops_at(self, entry: Entry | None) -> bool:
+        """Whether run() stops at a step so journaled: terminated with rollback, before anything new
+        runs, sleeps or waits, the undos of what ran come next."""
+        return self.terminating and not self.rolling_back and (
+            entry is None or entry.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED))
+
+    def remember(self, name: str, key: str, handler: Callable[..., Any], undo_config: dict[str, Any] | None,
+                 output: Any, policy: StepPolicy, attempt: int) -> None:
+        self.pending.append(PendingUndo(name, handler, undo_config, output,
+                                        step_context(name, key, attempt, policy)))
+
+    def next_undo(self, error: BaseException | None) -> tuple[str, str, Callable[[], Any], dict | None] | None:
         """The last remembered undo as a step, ``(step name, undo's name, fn, config)``, taken off the
         list; None when every undo ran."""
-        if not self.rollbacks:
+        if not self.pending:
             return None
-        pending = self.rollbacks.pop()
+        pending = self.pending.pop()
 
-        def undo():
+        def undo() -> Any:
             return call_undo(pending.handler, pending.output, error, pending.context)
 
         self.undoing = PREFIX + pending.step_name
         return pending.step_name, self.undoing, undo, pending.config
 
-    def rollback_all(self, error, continue_on_error: bool = False) -> list[str]:
+    def rollback_all(self, error: BaseException | None, continue_on_error: bool, run_step: RunStep) -> list[str]:
         """Run the remembered undos, last first; return the names of the steps undone, in that order.
         The first undo that fails for good stops the rollback and is raised (the undos of older steps
         do not run), or with ``continue_on_error`` the rest run and every failure is raised at the end,
@@ -140,9 +169,9 @@ class UndoSteps(ReplayState):
             while (undo := self.next_undo(error)) is not None:
                 step_name, name, fn, config = undo
                 try:
-                    self.do(name, fn, config)
+                    run_step(name, fn, config)
                 except Exception as failure:
-                    if not continue_on_error or self.fatal is not None:
+                    if not continue_on_error or self.host.fatal is not None:
                         raise
                     failures.append(failure)
                     continue
@@ -150,19 +179,36 @@ class UndoSteps(ReplayState):
         raise_failures(failures)
         return undone
 
+    def undo_all(self, error: BaseException, run_step: RunStep) -> dict[str, Any]:
+        """The replay's own rollback, after run() failed or was terminated with rollback: run the
+        remembered undos, last first, and return the rollback's outcome as the instance's error records
+        it; an undo that must wait (a retry's delay) raises its ``Suspend``."""
+        undone = len(self.pending)
+        self.rolling_back = True
+        try:
+            self.rollback_all(error, False, run_step)
+        except USER_FAILURES as undo_failure:
+            fatal = self.host.fatal
+            if fatal is not None:
+                raise fatal from None
+            # The undo that failed was taken off the list; those before it were undone.
+            return outcome(undone - len(self.pending) - 1, failed_step=self.undoing,
+                           error=instance_error(describe_error(undo_failure)))
+        return outcome(undone)
+
     @contextmanager
-    def undos_running(self):
+    def undos_running(self) -> Iterator[None]:
         """Mark the undos as running while the body runs; an undo that calls ``step.rollback_all``
         meanwhile is refused (Cloudflare's SDK raises ``RuntimeError`` there too): it would take the
         next undo off the list from inside the one running."""
-        if getattr(self, "running_undos", False):
+        if self.running:
             raise RuntimeError("step.rollback_all() was called while a rollback is running (from an undo "
                                "handler): an undo cannot start another rollback")
-        self.running_undos = True
+        self.running = True
         try:
             yield
         finally:
-            self.running_undos = False
+            self.running = False
 
 
 def raise_failures(failures: list[Exception]) -> None:

@@ -123,7 +123,8 @@ class StepFunction:
         dependencies = self.dependencies(names, given)
         unresolved = [d for _, d in dependencies if not d._results]
         if self.concurrent and len(unresolved) > 1:
-            values = self._step._replay.call(self._step._replay.all_steps, [d.prepare() for d in unresolved])
+            replay = self._step._replay
+            values = replay.call(replay.concurrent.all_steps, [d.prepare() for d in unresolved])
             for dependency, value in zip(unresolved, values):
                 dependency._results.append(value)
         leftover = None

@@ -17,6 +17,7 @@ from django_workflows.control_flow import EndOfJournal
 from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
+from django_workflows.patches import PatchSteps
 from django_workflows.replay import Replay
 from django_workflows.step import WorkflowStep
 from django_workflows.store.journal import load
@@ -54,6 +55,12 @@ class _Verification(Replay):
             raise end
         return entry
 
+    def __init__(self, claim: Claim):
+        super().__init__(claim)
+        self.patches = _UnwrittenPatches(self, self.cursor)
+
+
+class _UnwrittenPatches(PatchSteps):
     def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:
         # A real replay would journal the marker and take the new path, as this one does: nothing is
         # written, and the next step the journal has not finished stops it.
@@ -73,8 +80,7 @@ def verify(instance: Instance) -> Divergence | None:
     claim = Claim(instance.pk, instance.workflow_name, instance.instance_id, instance.params, instance.status,
                   instance.epoch, instance.created_at, instance.crash_count)
     replay = _Verification(claim)
-    replay.journal = load(instance.pk)
-    replay.atomic_depth = len(replay.writer.connection.atomic_blocks)
+    replay.load_journal(load(instance.pk))
     event = WorkflowEvent(payload=instance.params, timestamp=instance.created_at,
                           instance_id=instance.instance_id, workflow_name=instance.workflow_name)
     try:

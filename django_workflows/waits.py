@@ -1,11 +1,12 @@
 """What ``step.sleep``, ``step.sleep_until`` and ``step.wait_for_event`` do on the replay: a wait is a
 journal row with a wake time (and, for an event, the types it takes), answered from the journal once it
 is over; an event that arrived before the wait is taken from the inbox when the wait is reached.
-Mixed into the replay's steps (``step.JournaledSteps``)."""
+A collaborator of the replay (``step_host``); a child's wait for its end (``children``) is a wait row too."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django_workflows import clock
 from django_workflows.control_flow import Suspend
@@ -14,8 +15,8 @@ from django_workflows.durations import parse_duration
 from django_workflows.error_journal import describe_error, rebuild_error
 from django_workflows.errors import InvalidEvent, InvalidStepInput, WorkflowConfigError, WorkflowTimeoutError
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.replay_state import ReplayState
-from django_workflows.store.journal import Entry
+from django_workflows.step_host import StepHost
+from django_workflows.store.journal import Entry, JournalWriter
 from django_workflows.validation import validate_event_type
 
 MAX_WAIT = timedelta(days=365)
@@ -23,26 +24,84 @@ MAX_WAIT = timedelta(days=365)
 _ZERO = timedelta(0)
 
 
-class WaitSteps(ReplayState):
+class WaitRow:
+    """A wait's journal row: the one journaled (``entry``), or the one this replay writes; a sleep's,
+    an event's, or a child's end's (``children``), which is a wait for an event of the engine's own."""
+
+    __slots__ = ("key", "name", "entry", "types", "timeout", "deadline")
+
+    def __init__(self, key: str, name: str, entry: Entry | None, types: list[str], timeout: timedelta):
+        self.key, self.name, self.entry, self.types, self.timeout = key, name, entry, types, timeout
+        if entry is None:
+            self.deadline = clock.now() + timeout
+        else:
+            assert entry.wake_at is not None  # a wait journaled as waiting has its deadline
+            self.deadline = entry.wake_at
+
+    def config(self) -> dict[str, Any]:
+        return {"type": self.types, "timeout": int(self.timeout / timedelta(milliseconds=1))}
+
+    def start(self, writer: JournalWriter, now: datetime) -> None:
+        """Journal the wait as begun."""
+        writer.insert(key=self.key, name=self.name, kind=StepKind.WAIT, status=StepStatus.WAITING,
+                      config=self.config(), wake_at=self.deadline, started_at=now)
+
+    def succeed(self, writer: JournalWriter, result: dict[str, Any], now: datetime) -> tuple[int, str]:
+        """Journal the wait as over with ``result`` (the event it took): the row's id, the instance's status."""
+        if self.entry is None:
+            return writer.insert(key=self.key, name=self.name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
+                                 config=self.config(), result=result, wake_at=self.deadline, started_at=now,
+                                 ended_at=now)
+        return writer.update(self.entry.id, status=StepStatus.SUCCEEDED, result=result, ended_at=now)
+
+    def time_out(self, writer: JournalWriter, error: BaseException) -> tuple[int, str]:
+        """Journal the wait (begun in an earlier replay) as failed with its timeout ``error``."""
+        assert self.entry is not None  # only a wait that began can run out
+        return writer.update(self.entry.id, status=StepStatus.FAILED, error=describe_error(error),
+                             ended_at=self.deadline)
+
+
+def finished(entry: Entry) -> bool:
+    """Whether the journal has the wait over: True if it took its event or woke; its error raised again
+    if it failed (a timeout); False if it still waits."""
+    if entry.status == StepStatus.SUCCEEDED:
+        return True
+    if entry.status == StepStatus.FAILED:
+        assert entry.error is not None  # a failed step's row has its error
+        raise rebuild_error(entry.error)
+    return False
+
+
+class WaitSteps:
+    """The replay's side of sleeps and waits for events, given the host. ``declared_events`` are the
+    workflow's declared events by type (None: it accepts any type), set once the workflow is known."""
+
+    __slots__ = ("host", "declared_events")
+
+    def __init__(self, host: StepHost):
+        self.host = host
+        self.declared_events: dict[str, Any] | None = None
+
     # step.sleep and step.sleep_until
 
-    def sleep(self, name: str, *, duration=None, until=None, key: str | None = None) -> None:
+    def sleep(self, name: str, *, duration: Any = None, until: Any = None, key: str | None = None) -> None:
+        host, writer = self.host, self.host.writer
         now = clock.now()
         if until is None:
             delta = parse_duration(duration, what=f"step.sleep({name!r})")
             if delta > MAX_WAIT:
                 raise InvalidStepInput(f"step.sleep({name!r}): {duration!r} is longer than the limit of 365 days")
-        key = key or self.next_key(name)
-        entry = self.lookup(key, StepKind.SLEEP)
+        key = key or host.next_key(name)
+        entry = host.lookup(key, StepKind.SLEEP)
         if entry is not None:
             if entry.status == StepStatus.SUCCEEDED:
                 return
             assert entry.wake_at is not None  # a sleep journaled as waiting has its wake time
             if entry.wake_at <= now:
-                _, status = self.writer.update(entry.id, status=StepStatus.SUCCEEDED, ended_at=entry.wake_at)
-                self.report.timer_fired(key, name, "sleep", entry.wake_at, self.started_at)
-                self.report.step_succeeded(key, name, StepKind.SLEEP)
-                self.after_write(status, key)
+                _, status = writer.update(entry.id, status=StepStatus.SUCCEEDED, ended_at=entry.wake_at)
+                host.report.timer_fired(key, name, "sleep", entry.wake_at, host.started_at)
+                host.report.step_succeeded(key, name, StepKind.SLEEP)
+                host.after_write(status, key)
                 return
             raise Suspend(step_key=key, wake_at=entry.wake_at, reason="sleep")
         if until is not None:
@@ -58,18 +117,19 @@ class WaitSteps(ReplayState):
             wake_at = now + delta
         config = {"duration": int(delta / timedelta(milliseconds=1))}
         if delta <= _ZERO:
-            _, status = self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.SUCCEEDED,
-                                           config=config, wake_at=wake_at, started_at=now, ended_at=now)
-            self.report.step_succeeded(key, name, StepKind.SLEEP)
-            self.after_write(status, key)
+            _, status = writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.SUCCEEDED,
+                                      config=config, wake_at=wake_at, started_at=now, ended_at=now)
+            host.report.step_succeeded(key, name, StepKind.SLEEP)
+            host.after_write(status, key)
             return
-        self.writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.WAITING, config=config,
-                           wake_at=wake_at, started_at=now)
+        writer.insert(key=key, name=name, kind=StepKind.SLEEP, status=StepStatus.WAITING, config=config,
+                      wake_at=wake_at, started_at=now)
         raise Suspend(step_key=key, wake_at=wake_at, reason="sleep")
 
     # step.wait_for_event
 
-    def wait_for_event(self, name: str, event_type, timeout, key: str | None = None) -> WorkflowStepEvent:
+    def wait_for_event(self, name: str, event_type: Any, timeout: Any, key: str | None = None) -> WorkflowStepEvent:
+        host = self.host
         types = [event_type] if isinstance(event_type, str) else event_type
         if not isinstance(types, (list, tuple)) or not types:
             raise InvalidStepInput(
@@ -83,80 +143,64 @@ class WaitSteps(ReplayState):
         delta = parse_duration(timeout, what=f"step.wait_for_event({name!r}) timeout")
         if delta > MAX_WAIT:
             raise InvalidStepInput(f"step.wait_for_event({name!r}): timeout {timeout!r} is longer than 365 days")
-        key = key or self.next_key(name)
+        key = key or host.next_key(name)
         # Not counted toward the step limit: as on Cloudflare, only step.do is.
-        entry = self.lookup(key, StepKind.WAIT)
-        undeclared = [t for t in types if self.declared_events is not None and t not in self.declared_events]
+        entry = host.lookup(key, StepKind.WAIT)
+        declared = self.declared_events
+        undeclared = [t for t in types if declared is not None and t not in declared]
         if undeclared and entry is None:
             # Nobody could ever send it: the wait would only run out its timeout. A wait journaled
             # before its type left the declaration goes on as it began.
-            self.fail_fatally(WorkflowConfigError(
+            host.fail_fatally(WorkflowConfigError(
                 f"step.wait_for_event({name!r}) waits for {', '.join(map(repr, undeclared))}, which workflow "
-                f"{self.instance.workflow_name!r} does not declare in its events; add it there, or "
+                f"{host.instance.workflow_name!r} does not declare in its events; add it there, or "
                 "wait for a declared type.",
                 step=name,
             ))
-        if entry is not None:
-            if entry.status == StepStatus.SUCCEEDED:
-                return _step_event(entry.result)
-            if entry.status == StepStatus.FAILED:
-                assert entry.error is not None  # a failed step's row has its error
-                raise rebuild_error(entry.error)
-            assert entry.wake_at is not None  # a wait journaled as waiting has its deadline
-            deadline = entry.wake_at
-        else:
-            deadline = clock.now() + delta
-        received = self._consume(key, name, entry, types, deadline, delta)
+        if entry is not None and finished(entry):
+            return _step_event(entry.result)
+        row = WaitRow(key, name, entry, types, delta)
+        received = self.consume(row)
         if received is not None:
             return received
         now = clock.now()
         if entry is None:
-            self.writer.insert(key=key, name=name, kind=StepKind.WAIT, status=StepStatus.WAITING,
-                               config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
-                               wake_at=deadline, started_at=now)
-        elif deadline <= now:
+            row.start(host.writer, now)
+        elif row.deadline <= now:
             timeout_error = WorkflowTimeoutError(
                 f"Step {name!r}: no event of type {' or '.join(map(repr, types))} arrived within "
                 f"{entry_timeout(entry, delta)}",
                 step=key, event_types=types,
             )
-            error = describe_error(timeout_error)
-
-            def record_timeout():
-                return self.writer.update(entry.id, status=StepStatus.FAILED, error=error, ended_at=deadline)
-
             # An event received by the deadline may have been committed since the inbox was read empty
             # (its sender's transaction ended late): it is taken, and the wait has not timed out.
-            while (status := self.writer.time_out_wait(types, deadline, record_timeout)) is None:
-                received = self._consume(key, name, entry, types, deadline, delta)
+            while (status := host.writer.time_out_wait(types, row.deadline,
+                                                       lambda: row.time_out(host.writer, timeout_error))) is None:
+                received = self.consume(row)
                 if received is not None:
                     return received
-            self.report.timer_fired(key, name, "timeout", deadline, self.started_at)
-            self.report.step_failed(key, name, StepKind.WAIT, None, timeout_error)
-            self.after_write(status, key)
+            host.report.timer_fired(key, name, "timeout", row.deadline, host.started_at)
+            host.report.step_failed(key, name, StepKind.WAIT, None, timeout_error)
+            host.after_write(status, key)
             raise timeout_error
-        raise Suspend(step_key=key, wake_at=deadline, waiting_for=types, reason="event")
+        raise Suspend(step_key=key, wake_at=row.deadline, waiting_for=types, reason="event")
 
-    def _consume(self, key, name, entry, types, deadline, delta) -> WorkflowStepEvent | None:
-        """Take the oldest buffered event of ``types`` that arrived by ``deadline``, if there is one."""
+    def consume(self, row: WaitRow) -> WorkflowStepEvent | None:
+        """Take the oldest buffered event of the row's types that arrived by its deadline, if there is
+        one, and journal the wait as over with it."""
+        host = self.host
 
-        def record(event, now):
-            result = {"type": event.type, "payload": event.payload, "timestamp": _iso(event.received_at)}
-            if entry is None:
-                return self.writer.insert(
-                    key=key, name=name, kind=StepKind.WAIT, status=StepStatus.SUCCEEDED,
-                    config={"type": types, "timeout": int(delta / timedelta(milliseconds=1))},
-                    result=result, wake_at=deadline, started_at=now, ended_at=now,
-                )
-            return self.writer.update(entry.id, status=StepStatus.SUCCEEDED, result=result, ended_at=now)
+        def record(event: Any, now: datetime) -> tuple[int, str]:
+            return row.succeed(host.writer, {"type": event.type, "payload": event.payload,
+                                             "timestamp": _iso(event.received_at)}, now)
 
-        taken = self.writer.consume_event(types, deadline, record)
+        taken = host.writer.consume_event(row.types, row.deadline, record)
         if taken is None:
             return None
         event, status = taken
         received = WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
-        self.report.step_succeeded(key, name, StepKind.WAIT, None, received)
-        self.after_write(status, key)
+        host.report.step_succeeded(row.key, row.name, StepKind.WAIT, None, received)
+        host.after_write(status, row.key)
         return received
 
 

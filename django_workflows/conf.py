@@ -47,6 +47,12 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PARAMS_SIZE": MIB,
     # Events an instance's inbox may hold unconsumed; one more is refused (the API's 429 inbox_full).
     "MAX_PENDING_EVENTS": 1000,
+    # Of those, how many one sender (Event.sender: "api:alice", "webhook:stripe@10.0.0.1") may have sent,
+    # and how many may be of one type. Python code that names no user is bound by MAX_PENDING_EVENTS
+    # only. Approvals, signed webhooks and the types an instance waits for are refused only by their
+    # own sender's quota, never because others filled the inbox.
+    "MAX_PENDING_EVENTS_PER_SENDER": 100,
+    "MAX_PENDING_EVENTS_PER_TYPE": 500,
     # Seconds a replay's lease lasts unless renewed; a running replay renews it every third of that.
     # After a worker dies, its instances wait this long before another worker takes them over.
     "LEASE_SECONDS": 60,

@@ -30,7 +30,7 @@ from django_workflows.errors import (
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions
 from django_workflows.serialization import NotJournalable, encode
-from django_workflows.store import steering
+from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.sending import SentEvent
 from django_workflows.validation import validate_instance_id, validate_step_name
@@ -308,17 +308,32 @@ class InstanceHandle:
         applies. The event is recorded as sent by ``sender`` if given, else by ``"<channel>:<username>"``
         when a user is named, else by no one (``""``).
 
-        ``idempotency_key`` stores the event once per instance and key, for a sender that may send it
-        again (a timeout, a provider's retry): a repeat of the same type and payload returns the first
-        event's id and stores nothing; a repeat with another type or payload is ``IdempotencyKeyReused``.
-        ``delivery`` identifies a signed webhook's delivery, stored at most once: a second event with
-        the same one is refused with ``DuplicateDelivery`` and changes nothing.
+        ``idempotency_key`` stores the event once per channel, instance and key, for a sender that may
+        send it again (a timeout, a provider's retry): a repeat of the same type and payload (compared as
+        canonical JSON: ``true`` is not ``1``) returns the first event's id and stores nothing; a repeat
+        with another type or payload is ``IdempotencyKeyReused``. ``delivery`` identifies a signed
+        webhook's delivery, stored at most once whatever its key: the same one again, to any instance,
+        is refused with ``DuplicateDelivery`` and changes nothing. Both are remembered through restarts.
+
+        The inbox's quotas (``MAX_PENDING_EVENTS`` and its per-sender and per-type shares) refuse an event
+        with ``InboxFull``; an approval, a webhook or a type the instance waits for is refused only when
+        its own sender has filled its share.
 
         The type, the sender and the payload are checked before anything is stored, in that order
         (``django_workflows.sending``); a refusal stores nothing.
         """
         return sending.send(self, type, payload, channel=channel, user=user, sender=sender, delivery=delivery,
                             idempotency_key=idempotency_key)
+
+    def discard_events(self, event_ids: list[int] | None = None, *,
+                       sender: str | None = None) -> list[tuple[int, str, str]]:
+        """Delete events from the inbox that no wait has taken yet: those of ``event_ids``, or every one
+        sent by ``sender`` (a flood to clear). Returns ``(id, type, sender)`` of each deleted, for the
+        caller's audit; an event a wait took meanwhile stays, and what the inbox was sent is still
+        remembered (a discarded delivery posted again is still refused)."""
+        if (event_ids is None) == (sender is None):
+            raise TypeError("discard_events() takes event ids or a sender, not both or neither.")
+        return inbox.discard(self.pk, event_ids=event_ids, sender=sender)
 
 
 class Workflows:

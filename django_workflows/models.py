@@ -399,10 +399,6 @@ class Event(models.Model):
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="event"
     )
     consumed_at = models.DateTimeField(null=True, blank=True)
-    delivery = models.CharField(
-        max_length=64, null=True, blank=True, unique=True, editable=False,
-        help_text="For a signed webhook, a digest of its signature: the same delivery is stored once.",
-    )
 
     objects = EventQuerySet.as_manager()
 
@@ -468,3 +464,20 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow_name}: {self.cron} ({self.timezone})"
+
+
+class Delivery(models.Model):
+    """A delivery the inbox has received: a signed webhook's signature, or an idempotency key of one channel
+    on one instance. Apart from the inbox, so that a restart, which forgets the events it takes back,
+    still knows what it was sent (``store.inbox``)."""
+
+    key = models.CharField(max_length=64, unique=True, editable=False,
+                           help_text="A digest of the signature, or of the channel, instance and key.")
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="deliveries")
+    event_id = models.BigIntegerField(help_text="The event it stored; a restart may have deleted it since.")
+    type = models.CharField(max_length=100)
+    payload_digest = models.CharField(max_length=64, help_text="A digest of the payload as canonical JSON.")
+    received_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"delivery of {self.type} for {self.instance_id}"

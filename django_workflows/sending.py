@@ -18,13 +18,13 @@ workflow's class, which holds the declaration, is looked up once for all of it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.db import IntegrityError
 
 from django_workflows import audit, clock, declared_events
 from django_workflows.conf import workflow_settings
+from django_workflows.definition import registry
 from django_workflows.errors import (
     DuplicateDelivery,
     EventPermissionRequired,
@@ -34,10 +34,11 @@ from django_workflows.errors import (
     InstanceFinished,
     InstanceNotFound,
     InvalidEvent,
+    WorkflowNotFound,
 )
 from django_workflows.models import FINISHED_STATUSES
 from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, encode
+from django_workflows.serialization import NotJournalable, canonical_digest, encode
 from django_workflows.store import inbox
 from django_workflows.validation import validate_event_type, validate_idempotency_key
 
@@ -73,40 +74,63 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
     """Send the event to ``instance`` (an ``InstanceHandle``), as ``send_event`` documents."""
     validate_event_type(type)
     # The class the handle was found through, else looked up now (the admin's handles are built from a
-    # row): once, for the authorization and the arrival check both.
-    workflow_class = instance.workflow_class
-    rules = (declared_events.rules_of(instance.workflow_name) if workflow_class is None
-             else WorkflowOptions.of(workflow_class).events)
-    if user is not None or channel != declared_events.PYTHON:
+    # row): once, for the authorization, the arrival check and the quotas.
+    options = _options_of(instance)
+    rules = declared_events.rules_of(instance.workflow_name) if options is None else options.events
+    trusted = user is None and channel == declared_events.PYTHON
+    if not trusted:
         _authorize(rules, type, channel, user)
     _check_payload(type, payload)
     declared_events.check_arrival(rules, instance.workflow_name, type, payload)
     if sender is None:
         sender = "" if user is None else audit.user_sender(channel, user)
+    digest = canonical_digest(payload)
+    # A signed delivery is known by its signature, whatever key it carries; a key, by its channel's.
+    signed = None if delivery is None else inbox.Received(delivery, digest)
+    keyed = None
     if idempotency_key is not None:
         validate_idempotency_key(idempotency_key)
-        delivery = inbox.idempotent_delivery(instance.pk, idempotency_key)
-        # A repeat is answered from the inbox before anything else, so that it gets the first
-        # answer even if that event has since finished the instance.
-        first = _repeat_of(instance, delivery, type, payload, idempotency_key)
+        keyed = inbox.Received(inbox.idempotent_delivery(channel, instance.pk, idempotency_key), digest)
+        # A repeat is answered from what the inbox was sent before anything else, so that it gets the
+        # first answer even if that event has since finished the instance, or a restart deleted it.
+        first = _repeat_of(instance, keyed, type, signed, idempotency_key)
         if first is not None:
             return SentEvent(first, sender, repeated=True)
+    quotas = _quotas(options, type, channel, trusted)
     try:
-        return SentEvent(_store(instance, type, payload, sender, delivery), sender)
+        stored = _store(instance, type, payload, sender, [d for d in (signed, keyed) if d is not None], quotas)
     except IntegrityError:
-        # The unique delivery column decides, not a look beforehand: a concurrent twin of this
-        # request may have been stored in between.
-        if idempotency_key is not None:
-            assert delivery is not None  # the key's, above
-            first = _repeat_of(instance, delivery, type, payload, idempotency_key)
+        # The unique delivery key decides, not a look beforehand: a concurrent twin of this request may
+        # have been stored in between.
+        if keyed is not None and idempotency_key is not None:
+            first = _repeat_of(instance, keyed, type, signed, idempotency_key)
             if first is not None:
                 return SentEvent(first, sender, repeated=True)
-        if delivery is None or not inbox.delivery_seen(delivery):
+        if signed is None or not inbox.delivery_seen(signed.key):
             raise
-        raise DuplicateDelivery(
-            f"This delivery of event {type!r} was already received; nothing was stored again.",
-            workflow=instance.workflow_name, instance_id=instance.id, delivery=delivery,
-        ) from None
+        raise _duplicate(instance, type, signed) from None
+    return SentEvent(stored, sender)
+
+
+def _options_of(instance) -> WorkflowOptions | None:
+    workflow_class = instance.workflow_class
+    if workflow_class is None:
+        try:
+            workflow_class = registry.get(instance.workflow_name)
+        except WorkflowNotFound:
+            return None  # a workflow no longer defined: its instances can still be sent events
+    return WorkflowOptions.of(workflow_class)
+
+
+def _quotas(options: WorkflowOptions | None, event_type: str, channel: str, trusted: bool) -> inbox.Quotas:
+    total = workflow_settings.MAX_PENDING_EVENTS
+    if trusted:
+        # The project's own code is bound only by the inbox's size, as it always was.
+        return inbox.Quotas(total, None, None)
+    approval = options is not None and event_type in options.approval_types
+    return inbox.Quotas(total, workflow_settings.MAX_PENDING_EVENTS_PER_SENDER,
+                        workflow_settings.MAX_PENDING_EVENTS_PER_TYPE,
+                        urgent=approval or channel == declared_events.WEBHOOK)
 
 
 def _authorize(rules, event_type: str, channel: str, user) -> None:
@@ -127,32 +151,45 @@ def _check_payload(event_type: str, payload: Any) -> None:
         raise refusal(f"The payload of event {event_type!r} {exc}", too_large=exc.too_large) from None
 
 
-def _repeat_of(instance, delivery: str, type, payload, key: str) -> int | None:  # noqa: A002
-    stored = inbox.stored_delivery(delivery)
+def _duplicate(instance, type, signed: inbox.Received) -> DuplicateDelivery:  # noqa: A002
+    return DuplicateDelivery(
+        f"This delivery of event {type!r} was already received; nothing was stored again.",
+        workflow=instance.workflow_name, instance_id=instance.id, delivery=signed.key,
+    )
+
+
+def _repeat_of(instance, keyed: inbox.Received, type, signed: inbox.Received | None,  # noqa: A002
+               key: str) -> int | None:
+    """The id of the event first stored under ``keyed``, if any; then a signed repeat (a provider's
+    retry, signed anew) is remembered too, so that its own bytes cannot be taken elsewhere later."""
+    stored = inbox.stored_delivery(keyed.key)
     if stored is None:
         return None
-    event_id, stored_type, stored_payload = stored
-    if stored_type != type or stored_payload != json.loads(json.dumps(payload)):
+    if signed is not None and inbox.delivery_seen(signed.key):
+        # The signature first: the same signed bytes are the same delivery, whatever they are posted as.
+        raise _duplicate(instance, type, signed)
+    event_id, stored_type, stored_digest = stored
+    if stored_type != type or stored_digest != keyed.payload_digest:
         raise IdempotencyKeyReused(
             f"Idempotency key {key!r} was used for another event (type {stored_type!r}) or another "
             "payload on this instance; nothing was stored. Use a new key for a new event.",
             workflow=instance.workflow_name, instance_id=instance.id, event_id=event_id,
         )
+    if signed is not None:
+        try:
+            inbox.remember(instance.pk, event_id, type, [signed], clock.now())
+        except IntegrityError:
+            raise _duplicate(instance, type, signed) from None
     return event_id
 
 
-def _store(instance, type, payload, sender: str, delivery: str | None) -> int:  # noqa: A002
-    limit = workflow_settings.MAX_PENDING_EVENTS
-    status, event_id = inbox.deliver(instance.pk, type, payload, sender=sender, delivery=delivery,
-                                     now=clock.now(), pending_limit=limit)
+def _store(instance, type, payload, sender: str, deliveries: list[inbox.Received],  # noqa: A002
+           quotas: inbox.Quotas) -> int:
+    status, event_id = inbox.deliver(instance.pk, type, payload, sender=sender, deliveries=deliveries,
+                                     now=clock.now(), quotas=quotas)
     name = f"{instance.workflow_name}/{instance.id}"
-    if status == inbox.INBOX_FULL:
-        raise InboxFull(
-            f"Instance {name} holds {limit} events no wait has taken yet (MAX_PENDING_EVENTS); event {type!r} "
-            "was not stored. Send it once the instance has consumed some, or look at why it does not wait "
-            "for what is sent to it.",
-            workflow=instance.workflow_name, instance_id=instance.id, limit=limit,
-        )
+    if isinstance(status, inbox.QuotaReached):
+        raise _inbox_full(instance, name, type, sender, status)
     if status is None:
         raise InstanceNotFound(f"Instance {name} no longer exists.",
                                workflow=instance.workflow_name, instance_id=instance.id)
@@ -163,3 +200,16 @@ def _store(instance, type, payload, sender: str, delivery: str | None) -> int:  
         )
     assert event_id is not None  # stored: the instance exists, its inbox had room
     return event_id
+
+
+def _inbox_full(instance, name: str, type: str, sender: str, reached: inbox.QuotaReached) -> InboxFull:  # noqa: A002
+    held = {
+        "sender": f"{reached.limit} events from sender {sender or '(Python code)'!r} (MAX_PENDING_EVENTS_PER_SENDER)",
+        "type": f"{reached.limit} events of type {type!r} (MAX_PENDING_EVENTS_PER_TYPE)",
+        "total": f"{reached.limit} events (MAX_PENDING_EVENTS)",
+    }[reached.quota]
+    return InboxFull(
+        f"Instance {name} holds {held} no wait has taken yet; event {type!r} was not stored. Send it once "
+        "the instance has consumed some, or look at why it does not wait for what is sent to it.",
+        workflow=instance.workflow_name, instance_id=instance.id, limit=reached.limit, quota=reached.quota,
+    )

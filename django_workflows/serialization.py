@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -63,3 +64,13 @@ def storable_text(text: str) -> str:
     if not text.isascii():
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+_canonical = json.JSONEncoder(ensure_ascii=True, allow_nan=False, sort_keys=True, separators=(",", ":"))
+
+
+def canonical_digest(value: Any) -> str:
+    """A digest of ``value`` as canonical JSON (keys sorted, no spaces): equal for equal JSON documents
+    whatever their key order, different whenever a JSON type differs (``true`` is not ``1``, ``1.0`` is
+    not ``1``), which Python's ``==`` would not tell apart."""
+    return hashlib.sha256(_canonical.encode(value).encode("ascii")).hexdigest()

@@ -3,12 +3,15 @@
 The sender signs ``"<unix timestamp>.<raw body>"`` with HMAC-SHA256 and the workflow's secret
 (``WEBHOOK_SECRETS``) and sends ``X-Workflows-Signature: t=<timestamp>,v1=<hex digest>``. A timestamp
 further than ``WEBHOOK_TOLERANCE_SECONDS`` from now is refused, so a captured request cannot be replayed
-later, and the inbox remembers each delivery's signature (``Event.delivery``), so it cannot be replayed
-sooner either; the digest is compared in constant time.
+later, and the inbox remembers each delivery's signature (``Delivery``, through a restart too), so it
+cannot be replayed sooner either, to any instance, whatever key it carries; the digest is compared in
+constant time.
 
 A sender that retries a delivery (and signs each retry anew) sends the same ``Idempotency-Key`` header
 each time, and signs ``"<timestamp>.<key>.<raw body>"`` instead: the key is covered by the signature, so
-a captured request cannot be replayed under another key, and the inbox stores the event once per key.
+a captured request cannot be replayed under another key, and the inbox stores the event once per instance
+and key. Keys sent to the webhook are its own: a person's ``Idempotency-Key`` through the API never
+stands for a provider's.
 """
 
 from __future__ import annotations

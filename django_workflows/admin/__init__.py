@@ -6,7 +6,7 @@ conditional updates decide whether a change is allowed; the admin only reports w
 
 One ModelAdmin for ``Instance``, assembled from a mixin per page: the list (``instance_list``), the
 instance page (``instance_page``), steering from both (``steering``), the approval queue and its
-decisions (``approvals``), and the workflows' pages (``workflows``), over what they share (``base``).
+decisions (``approvals``), discarding from the inbox (``inbox``), and the workflows' pages (``workflows``), over what they share (``base``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from django.urls import path
 
 from django_workflows.admin.approvals import ApprovalQueue
 from django_workflows.admin.base import InstanceAdminBase
+from django_workflows.admin.inbox import InboxDiscard
 from django_workflows.admin.instance_list import InstanceList
 from django_workflows.admin.instance_page import InstancePage
 from django_workflows.admin.steering import Steering
@@ -24,7 +25,8 @@ from django_workflows.models import Instance
 
 
 @admin.register(Instance)
-class InstanceAdmin(InstanceList, InstancePage, Steering, ApprovalQueue, WorkflowPages, InstanceAdminBase):
+class InstanceAdmin(InstanceList, InstancePage, Steering, InboxDiscard, ApprovalQueue, WorkflowPages,
+                    InstanceAdminBase):
     def get_urls(self):
         """The pages and buttons beyond the list and the instance page, before the ModelAdmin's own
         (whose ``<object_id>/`` would take them)."""
@@ -40,5 +42,6 @@ class InstanceAdmin(InstanceList, InstancePage, Steering, ApprovalQueue, Workflo
             path("<path:object_id>/steer/<str:action>/", wrap(self.steer_view), name=f"{prefix}_steer"),
             path("<path:object_id>/decide/", wrap(self.decide_view), name=f"{prefix}_decide"),
             path("<path:object_id>/send-event/", wrap(self.send_event_view), name=f"{prefix}_send_event"),
+            path("<path:object_id>/discard-events/", wrap(self.discard_events_view), name=f"{prefix}_discard_events"),
             *super().get_urls(),
         ]

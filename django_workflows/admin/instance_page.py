@@ -134,6 +134,8 @@ class InstancePage(PageMixin):
             "steering": steering_buttons(instance) if self.can_steer(request) else [],
             "restart_from_url": (reverse("admin:django_workflows_instance_steer", args=[instance.pk, "restart"])
                                  if self.can_steer(request) else None),
+            "discard_events_url": (reverse("admin:django_workflows_instance_discard_events", args=[instance.pk])
+                                   if self.can_steer(request) else None),
             "restart_from_confirm": "Restart from this step? The steps from here on, and the events they "
                                     "consumed, are cleared; the steps before it are kept.",
             "awaiting": awaiting,

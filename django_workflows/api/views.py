@@ -40,7 +40,7 @@ ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, t
          "delivery was received already.",
     413: "Payload over the size limit.",
     415: "Not application/json.",
-    429: "The instance's inbox is full (MAX_PENDING_EVENTS unconsumed events).",
+    429: "The instance's inbox is full for this event (MAX_PENDING_EVENTS, or the sender's or the type's share).",
 }.items()}
 
 

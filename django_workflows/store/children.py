@@ -48,7 +48,7 @@ def lock_parent_at(parent_pk: int, epoch: int) -> bool:
 def send_end(child_pk: int, parent_pk: int, payload: dict[str, Any], now: datetime) -> None:
     """Store the child's end in the parent's inbox, waking the parent if it waits for it; nothing if the
     parent has finished or no longer exists. Call it in the transaction that ends the child."""
-    inbox.deliver(parent_pk, end_event_type(child_pk), payload, sender=SENDER, delivery=None, now=now)
+    inbox.deliver(parent_pk, end_event_type(child_pk), payload, sender=SENDER, now=now)
 
 
 def finished_end(child_pk: int) -> dict[str, Any] | None:

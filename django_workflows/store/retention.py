@@ -1,5 +1,5 @@
-"""Retention: deleting finished instances, with their journal and inbox, once they have been kept long
-enough: ``RETENTION_DAYS`` after they ended, or as long as their own retention says.
+"""Retention: deleting finished instances, with their journal, their inbox and what it was sent, once they
+have been kept long enough: ``RETENTION_DAYS`` after they ended, or as long as their own retention says.
 
 An instance may choose its own retention at create (``create(retention={"success": ..., "error":
 ...})``): ``complete`` keeps it for its success retention, ``errored`` and ``terminated`` for its error
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 from django_workflows import clock
 from django_workflows.conf import workflow_settings
-from django_workflows.models import FINISHED_STATUSES, Event, Instance, InstanceStatus, Step
+from django_workflows.models import FINISHED_STATUSES, Delivery, Event, Instance, InstanceStatus, Step
 
 
 def own_purge_at(status: str, ended_at: datetime, success_retention: timedelta | None,
@@ -117,8 +117,9 @@ def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
             if not pks:
                 return 0
         still_due = due.filter(pk__in=pks)
-        # The inbox first (a consumed event points at its step), then the journal, then the instances.
+        # The inbox and what it was sent first (a consumed event points at its step), then the journal, then the instances.
         Event.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
+        Delivery.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         Step.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         return still_due._raw_delete(alias)
 

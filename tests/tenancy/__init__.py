@@ -4,7 +4,7 @@ permissions (``WORKFLOW_PERMISSIONS``), and a rule on params (``INSTANCE_ACCESS`
 group sees and steers the instances whose ``params["tenant"]`` is that tenant's.
 
 Used by tests/integration/test_tenancy.py (the API, the admin, webhooks, the command line) and
-tests/system/test_tenancy_browser.py (the admin's buttons in Chromium).
+and tests/system/test_tenancy_browser.py (the admin in Chromium).
 """
 
 from django.contrib.auth.models import Group, Permission, User

@@ -102,6 +102,10 @@ def visible_instances(workflow_name: str, user, action: str = access.VIEW):
     that runs the command is trusted, as the project's own code is). A workflow the user may not know
     of is missing to them, reported without the list of those that exist."""
     workflows.get(workflow_name)  # an unknown workflow is reported as such, not as "no instances"
+    return _narrowed(workflow_name, user, action)
+
+
+def _narrowed(workflow_name: str, user, action: str):
     if user is not None:
         if not access.holds_model_permission(user, action):
             raise access_refused(user, action)
@@ -114,7 +118,7 @@ def access_refused(user, action: str):
     from django.core.management.base import CommandError
 
     needed = " or ".join(access.MODEL_PERMISSIONS[action])
-    return CommandError(f"User {user.get_username()!r} lacks {needed}, which this needs.")
+    return CommandError(f"User {user.get_username()!r} lacks the permission {needed}, which this needs.")
 
 
 def find_instance(workflow_name: str, instance_id: str, user=None) -> Instance:
@@ -135,7 +139,7 @@ def find_handle(workflow_name: str, instance_id: str, user=None, action: str = a
     one ``--user`` may not ``action`` as missing."""
     handle = workflows.get(workflow_name)
     validate_instance_id(instance_id)
-    if user is not None and not visible_instances(workflow_name, user, action).filter(instance_id=instance_id).exists():
+    if user is not None and not _narrowed(workflow_name, user, action).filter(instance_id=instance_id).exists():
         raise InstanceNotFound(f"Workflow {workflow_name!r} has no instance with id {instance_id!r}.",
                                workflow=workflow_name, instance_id=instance_id)
     return handle.get(instance_id)

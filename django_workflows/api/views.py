@@ -27,7 +27,7 @@ from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
 from django_workflows.errors import InstanceFinished, InstanceNotFound, WorkflowNotFound
-from django_workflows.instances import InstanceHandle
+from django_workflows.instances import InstanceHandle, WorkflowHandle
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import MAX_VERSION
 from django_workflows.validation import validate_instance_id
@@ -54,6 +54,7 @@ class WorkflowAPIView(APIAccess, APIView):
     schema = AutoSchema()
     required_permission = perms.VIEW
     required_permissions: dict[str, str] = {}
+    _workflows: dict[str, WorkflowHandle] | None = None  # this request's, by name (a view serves one request)
 
     def get_permissions(self):
         return [cls() for cls in workflow_settings.import_strings("API_PERMISSION_CLASSES")]
@@ -66,13 +67,18 @@ class WorkflowAPIView(APIAccess, APIView):
         """The workflow's handle; one the user may not know of is missing to them, and neither answer
         lists the workflows that exist."""
         missing = WorkflowNotFound(f"No workflow named {name!r}.", workflow=name)
-        try:
-            handle = workflows.get(name)
-        except WorkflowNotFound:
-            raise missing from None
+        # Looked up once a request: the handle carries the class that sending reads its rules from.
+        if self._workflows is None:
+            self._workflows = {}
+        found = self._workflows
+        if name not in found:
+            try:
+                found[name] = workflows.get(name)
+            except WorkflowNotFound:
+                raise missing from None
         if not access.knows_workflow(self.acting_user(), name):
             raise missing
-        return handle
+        return found[name]
 
     def instance(self, name: str, instance_id: str, action: str = access.VIEW) -> Instance:
         """The instance row, if the user may ``action`` it (``access``) and the API's permission classes
@@ -97,10 +103,9 @@ class WorkflowAPIView(APIAccess, APIView):
     def instance_row(handle) -> Instance:
         return Instance.objects.get(pk=handle.pk)
 
-    @staticmethod
-    def handle(row: Instance) -> InstanceHandle:
+    def handle(self, row: Instance) -> InstanceHandle:
         return InstanceHandle.from_row(row.workflow_name, row.instance_id, row.pk,
-                                       workflows.get(row.workflow_name).workflow_class)
+                                       self.workflow(row.workflow_name).workflow_class)
 
     def created_visible(self, handles) -> None:
         """Refuse (rolling the creation back) instances their creator could not see: else a user could
@@ -302,11 +307,13 @@ class InstanceEventView(WorkflowAPIView):
                    responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415, 429)})
     def post(self, request, name, instance_id, event_type):
         user = self.sending_user(request)
-        # Whether this user may send this type to this workflow is decided before the instance is
-        # looked up, so that the refusal is the same whether it exists or not.
-        self.workflow(name)
-        sending.authorize(name, event_type, self.channel, user)
-        row = self.instance(name, instance_id, access.SEND)
+        try:
+            row = self.instance(name, instance_id, access.SEND)
+        except InstanceNotFound:
+            # A type this user may not send is refused for a missing instance as for one that exists
+            # (where send_event refuses it), so that the refusal says nothing of whether it exists.
+            sending.authorize(name, event_type, self.channel, user)
+            raise
         payload = self.json_body(request, required=False)
         sees_it = access.holds_model_permission(user, access.VIEW) and access.allows(user, access.VIEW, row)
         # The handle checks the type, the sender and the payload, and stores the event.

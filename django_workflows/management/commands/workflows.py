@@ -18,7 +18,7 @@ from django_workflows.describe import (
     instance_summary,
     workflow_status_totals,
 )
-from django_workflows.errors import WorkflowError
+from django_workflows.errors import InstanceNotFound, WorkflowError
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.transitions import TRANSITIONS
 
@@ -195,11 +195,13 @@ class Command(BaseCommand):
     def instances_send_event(self, options):
         event_type = options["event_type"]
         user = self.user(options)
-        if user is not None:
-            # Before the lookup, so that a refusal says nothing of whether the instance exists.
-            workflows.get(options["name"])
-            sending.authorize(options["name"], event_type, declared_events.CLI, user)
-        handle = cli.find_handle(options["name"], options["instance_id"], user, access.SEND)
+        try:
+            handle = cli.find_handle(options["name"], options["instance_id"], user, access.SEND)
+        except InstanceNotFound:
+            if user is not None:
+                # Refused for a missing instance as for one that exists, to say nothing of which it is.
+                sending.authorize(options["name"], event_type, declared_events.CLI, user)
+            raise
         # Sent as "cli:<username>" with --user; without, as the account that runs the command.
         sent = handle.send_event(type=event_type, payload=options["payload"], channel=declared_events.CLI,
                                  user=user, sender=None if user else cli.cli_sender())

@@ -29,6 +29,10 @@ class DjangoWorkflowsConfig(AppConfig):
 
         discover()
         post_migrate.connect(install_fallback_schedule, sender=self)
+        # Each workflow's own permissions, as Django creates a model's: no migration per workflow.
+        from django_workflows.access import create_workflow_permissions
+
+        post_migrate.connect(create_workflow_permissions, sender=self, dispatch_uid="django_workflows.permissions")
 
         # Writes from other threads while an atomic step's body runs are outside its transaction: every
         # connection is watched for them, from its first statement on.

@@ -11,12 +11,12 @@ import getpass
 import json
 from datetime import UTC, datetime, timedelta
 
-from django_workflows import audit, workflows
+from django_workflows import access, audit, workflows
 from django_workflows.conf import workflow_settings
 from django_workflows.counts import Count
 from django_workflows.drawing.time_axis import human_milliseconds
 from django_workflows.durations import format_duration, milliseconds
-from django_workflows.errors import InstanceNotFound
+from django_workflows.errors import InstanceNotFound, WorkflowNotFound
 from django_workflows.models import Instance
 from django_workflows.options import parse_cpu_time_limit
 from django_workflows.validation import validate_instance_id
@@ -97,24 +97,51 @@ def find_user(username: str):
     return user
 
 
-def find_instance(workflow_name: str, instance_id: str) -> Instance:
+def visible_instances(workflow_name: str, user, action: str = access.VIEW):
+    """The workflow's instances ``--user`` may ``action`` (all of them without ``--user``: the account
+    that runs the command is trusted, as the project's own code is). A workflow the user may not know
+    of is missing to them, reported without the list of those that exist."""
+    workflows.get(workflow_name)  # an unknown workflow is reported as such, not as "no instances"
+    return _narrowed(workflow_name, user, action)
+
+
+def _narrowed(workflow_name: str, user, action: str):
+    if user is not None:
+        if not access.holds_model_permission(user, action):
+            raise access_refused(user, action)
+        if not access.knows_workflow(user, workflow_name):
+            raise WorkflowNotFound(f"No workflow named {workflow_name!r}.", workflow=workflow_name)
+    return access.scope(Instance.objects.for_workflow(workflow_name), user, action)
+
+
+def access_refused(user, action: str):
+    from django.core.management.base import CommandError
+
+    needed = " or ".join(access.MODEL_PERMISSIONS[action])
+    return CommandError(f"User {user.get_username()!r} lacks the permission {needed}, which this needs.")
+
+
+def find_instance(workflow_name: str, instance_id: str, user=None) -> Instance:
     """The instance row, by id or ``latest`` (the most recently created instance of the workflow)."""
     if instance_id == LATEST:
-        workflows.get(workflow_name)  # an unknown workflow is reported as such, not as "no instances"
-        row = Instance.objects.for_workflow(workflow_name).order_by("-created_at", "-id").first()
+        row = visible_instances(workflow_name, user).order_by("-created_at", "-id").first()
         if row is None:
             raise InstanceNotFound(
                 f"Workflow {workflow_name!r} has no instances yet, so there is no latest one.",
                 workflow=workflow_name, instance_id=instance_id,
             )
         return row
-    return instance_row(find_handle(workflow_name, instance_id))
+    return instance_row(find_handle(workflow_name, instance_id, user))
 
 
-def find_handle(workflow_name: str, instance_id: str):
-    """The instance's handle; an id that could never exist is reported as invalid, not as missing."""
+def find_handle(workflow_name: str, instance_id: str, user=None, action: str = access.VIEW):
+    """The instance's handle; an id that could never exist is reported as invalid, not as missing, and
+    one ``--user`` may not ``action`` as missing."""
     handle = workflows.get(workflow_name)
     validate_instance_id(instance_id)
+    if user is not None and not _narrowed(workflow_name, user, action).filter(instance_id=instance_id).exists():
+        raise InstanceNotFound(f"Workflow {workflow_name!r} has no instance with id {instance_id!r}.",
+                               workflow=workflow_name, instance_id=instance_id)
     return handle.get(instance_id)
 
 

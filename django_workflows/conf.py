@@ -91,6 +91,12 @@ DEFAULTS: dict[str, Any] = {
     "API_SCHEMA_PUBLIC": False,
     # Dotted paths of DRF permission classes for the API.
     "API_PERMISSION_CLASSES": ["django_workflows.api.permissions.WorkflowModelPermissions"],
+    # Whether each workflow's own permissions (django_workflows.view:<name>, steer:<name>,
+    # send_event:<name>) are needed beside the Instance model's: see django_workflows.access.
+    "WORKFLOW_PERMISSIONS": False,
+    # Dotted path of a callable (user, action) -> Q | None: the instances a user may view, steer or send
+    # events to, as a filter on Instance; None narrows nothing. See django_workflows.access.
+    "INSTANCE_ACCESS": None,
     # Instances per page in the API's instance list.
     "API_PAGE_SIZE": 50,
     # {workflow name: secret} for signed webhooks (HMAC-SHA256 of "<timestamp>.<raw body>").
@@ -111,7 +117,7 @@ HARD_STEP_LIMIT = 25_000
 # The most CPU time a replay may be allowed, by the setting or a workflow class (Cloudflare's 5 minutes).
 MAX_CPU_TIME_LIMIT = timedelta(minutes=5)
 
-IMPORT_STRINGS = {"EXECUTOR"}
+IMPORT_STRINGS = {"EXECUTOR", "INSTANCE_ACCESS"}
 
 
 class WorkflowSettings:

@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from django.db.models import Q
+
 from django_workflows import clock, counts, signals
+from django_workflows.access import EVERYTHING
 from django_workflows.definition import registry
 from django_workflows.error_journal import rollback_of
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
@@ -20,11 +23,11 @@ from django_workflows.options import WorkflowOptions
 from django_workflows.store import leases, listing
 
 
-def status_counts(workflow_name: str | None = None) -> dict[str, dict[str, int]]:
+def status_counts(workflow_name: str | None = None, within: Q = EVERYTHING) -> dict[str, dict[str, int]]:
     """``{workflow name: {status: count}}`` with every status present, for every workflow defined or with
     instances stored (or for one): each count exact up to ``counts.EXACT_UP_TO``, PostgreSQL's estimate
     above it (``workflow_status_totals`` says which)."""
-    return as_numbers(workflow_status_totals(workflow_name))
+    return as_numbers(workflow_status_totals(workflow_name, within))
 
 
 def as_numbers(totals: dict[str, dict[str, counts.Count]]) -> dict[str, dict[str, int]]:
@@ -32,16 +35,19 @@ def as_numbers(totals: dict[str, dict[str, counts.Count]]) -> dict[str, dict[str
     return {name: {status: count.value for status, count in by_status.items()} for name, by_status in totals.items()}
 
 
-def workflow_status_totals(workflow_name: str | None = None) -> dict[str, dict[str, counts.Count]]:
+def workflow_status_totals(workflow_name: str | None = None,
+                           within: Q = EVERYTHING) -> dict[str, dict[str, counts.Count]]:
     """``status_counts`` with each count a ``counts.Count``, which says whether it is estimated. Two
     statements whatever the number of workflows: a bounded count per workflow and status, each read
-    from the index by workflow, status and age, and their estimates."""
+    from the index by workflow, status and age, and their estimates. ``within`` counts only the
+    instances it matches (``access.instances_filter``: those a user may see)."""
     stored = set(listing.workflow_names())
     names = [workflow_name] if workflow_name is not None else sorted(set(registry.names()) | stored)
     # A workflow without instances stored is all zeros, with nothing to count.
     pairs = [(name, status) for name in names if name in stored for status in InstanceStatus.values]
     # In the order of dw_instance_by_age (workflow, status, creation time): read from the index alone.
-    found = counts.count_each([Instance.objects.filter(workflow_name=name, status=status) for name, status in pairs],
+    found = counts.count_each([Instance.objects.filter(within, workflow_name=name, status=status)
+                               for name, status in pairs],
                               order_by=("created_at",))
     totals = {name: dict.fromkeys(InstanceStatus.values, counts.Count(0)) for name in names}
     for (name, status), count in zip(pairs, found, strict=True):
@@ -49,7 +55,7 @@ def workflow_status_totals(workflow_name: str | None = None) -> dict[str, dict[s
     return totals
 
 
-def status_totals(workflow_name: str | None = None) -> dict[str, counts.Count]:
+def status_totals(workflow_name: str | None = None, within: Q = EVERYTHING) -> dict[str, counts.Count]:
     """How many instances (of one workflow, or of every one) are in each status, every status present:
     exact up to ``counts.EXACT_UP_TO``, estimated above it (two statements: the bounded counts, each
     read from an index that leads with the status, or with the workflow and the status; and the
@@ -59,11 +65,12 @@ def status_totals(workflow_name: str | None = None) -> dict[str, counts.Count]:
         rows, order = Instance.objects.all(), ("updated_at",)
     else:
         rows, order = Instance.objects.for_workflow(workflow_name), ("created_at",)  # dw_instance_by_age
-    totals = counts.count_each([rows.filter(status=status) for status in InstanceStatus.values], order_by=order)
+    totals = counts.count_each([rows.filter(within, status=status) for status in InstanceStatus.values],
+                               order_by=order)
     return dict(zip(InstanceStatus.values, totals, strict=True))
 
 
-def describe_workflow(name: str) -> dict:
+def describe_workflow(name: str, within: Q = EVERYTHING) -> dict:
     """The workflow's options as its replays apply them, and its instances by status.
 
     ``step_limit`` is the limit its replays enforce (the class's, else the ``STEP_LIMIT`` setting;
@@ -79,7 +86,7 @@ def describe_workflow(name: str) -> dict:
         "step_limit_from_setting": options.own_step_limit is None,
         "cpu_time_limit_ms": (None if options.own_cpu_time_limit is None
                               else options.own_cpu_time_limit / timedelta(milliseconds=1)),
-        "instances": status_counts(name)[name],
+        "instances": status_counts(name, within)[name],
         "events": _declared_events(options),
         "limits": describe_limits(cls),
         "schedules": _schedules(name),

@@ -399,6 +399,13 @@ class Event(models.Model):
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="event"
     )
     consumed_at = models.DateTimeField(null=True, blank=True)
+    # No longer written (deliveries are rows of Delivery since 0020), but kept for one release: web servers
+    # still on the previous release store events with it during a rolling deploy, and refuse a signed
+    # delivery they see twice by its unique index. A later release drops it.
+    delivery = models.CharField(
+        max_length=64, null=True, blank=True, unique=True, editable=False,
+        help_text="For a signed webhook, a digest of its signature: the same delivery is stored once.",
+    )
 
     objects = EventQuerySet.as_manager()
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db import IntegrityError
 
-from django_workflows import audit, clock, declared_events
+from django_workflows import access, audit, clock, declared_events
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.errors import (
@@ -79,7 +79,7 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
     rules = declared_events.rules_of(instance.workflow_name) if options is None else options.events
     trusted = user is None and channel == declared_events.PYTHON
     if not trusted:
-        _authorize(rules, type, channel, user)
+        _authorize(rules, instance.workflow_name, type, channel, user)
     _check_payload(type, payload)
     declared_events.check_arrival(rules, instance.workflow_name, type, payload)
     if sender is None:
@@ -133,12 +133,27 @@ def _quotas(options: WorkflowOptions | None, event_type: str, channel: str, trus
                         urgent=approval or channel == declared_events.WEBHOOK)
 
 
-def _authorize(rules, event_type: str, channel: str, user) -> None:
+def authorize(workflow_name: str, type: str, channel: str, user) -> None:  # noqa: A002
+    """Refuse, as ``send`` would, an event this user may not send to any of the workflow's instances:
+    what a surface checks before it looks the instance up, so that a refusal is the same whether the
+    instance exists or not."""
+    validate_event_type(type)
+    _authorize(declared_events.rules_of(workflow_name), workflow_name, type, channel, user)
+
+
+def _authorize(rules, workflow_name: str, event_type: str, channel: str, user) -> None:
     if user is not None and not user.has_perm(SEND_EVENT_PERMISSION):
         raise EventPermissionRequired(
             f"User {user.get_username() or 'anonymous'!r} lacks the permission {SEND_EVENT_PERMISSION}, which "
             "sending any event needs.",
             event_type=event_type, permission=SEND_EVENT_PERMISSION,
+        )
+    if not access.may_use_workflow(user, access.SEND, workflow_name):
+        needed = access.permission(access.SEND, workflow_name)
+        raise EventPermissionRequired(
+            f"User {user.get_username() or 'anonymous'!r} lacks the permission {needed}, which sending events "
+            f"to workflow {workflow_name!r} needs (WORKFLOW_PERMISSIONS).",
+            event_type=event_type, permission=needed,
         )
     declared_events.authorize(rules, event_type, channel, user)
 

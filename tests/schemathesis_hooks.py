@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from django_workflows.webhooks import sign
 
 KNOWN = {"name": "approval", "instance_id": "a0", "event_type": "manager-approval"}
-WEBHOOK_SECRET = "s3cret"  # WEBHOOK_SECRETS["approval"] in the test
+WEBHOOK_SECRET = "s3cret"  # WEBHOOK_SECRETS["approval"] and ["refund"] in the test
 
 
 @schemathesis.hook

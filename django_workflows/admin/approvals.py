@@ -10,7 +10,7 @@ from django.http import HttpResponseNotAllowed
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from django_workflows import clock
+from django_workflows import access, clock
 from django_workflows.admin.base import PageMixin, refuse_nul
 from django_workflows.admin.forms import DecisionForm
 from django_workflows.approvals import approval_awaited, awaiting_approval, decision_refused
@@ -27,7 +27,7 @@ class ApprovalQueue(PageMixin):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         refuse_nul(request)
-        queue = awaiting_approval()
+        queue = access.scope(awaiting_approval(), request.user, access.VIEW)
         workflow = request.GET.get("workflow") or None
         if workflow:
             queue = queue.for_workflow(workflow)
@@ -60,6 +60,8 @@ class ApprovalQueue(PageMixin):
         if not self.can_send_events(request):
             raise PermissionDenied
         instance = self._instance_or_404(request, object_id)
+        if not self.can_send_events(request, instance):
+            raise PermissionDenied
         form = DecisionForm(request.POST)
         if not form.is_valid():
             self._form_errors(request, form)

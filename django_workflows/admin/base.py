@@ -12,7 +12,7 @@ from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from django_workflows import declared_events
+from django_workflows import access, declared_events
 from django_workflows.errors import WorkflowError
 from django_workflows.instances import InstanceHandle
 from django_workflows.models import Instance
@@ -47,11 +47,19 @@ class InstanceAdminBase(admin.ModelAdmin):
         # form is never saved, so its page is read-only whatever the user may do.
         return obj is None and super().has_change_permission(request)
 
-    def can_steer(self, request) -> bool:
-        return super().has_change_permission(request)
+    def get_queryset(self, request):
+        # Every page, action and button finds its instances here: one the user may not see is missing.
+        return access.scope(super().get_queryset(request), request.user, access.VIEW)
 
-    def can_send_events(self, request) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.send_event")
+    def can_steer(self, request, instance: Instance | None = None) -> bool:
+        """May steer instances at all, or (given one) this instance: its workflow's permission and the
+        project's rule (``access``)."""
+        return super().has_change_permission(request) and (
+            instance is None or access.allows(request.user, access.STEER, instance))
+
+    def can_send_events(self, request, instance: Instance | None = None) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.send_event") and (
+            instance is None or access.allows(request.user, access.SEND, instance))
 
     def _page_context(self, request, title: str, **context) -> dict:
         return {
@@ -66,7 +74,10 @@ class InstanceAdminBase(admin.ModelAdmin):
     # The buttons of the instance page and the approval queue: POST only, through the handle.
 
     def _instance_or_404(self, request, object_id) -> Instance:
-        instance = self.get_object(request, unquote(object_id))
+        # The buttons act on what the admin shows: an instance the user may not see is missing, even
+        # to a user who may send events (who would otherwise learn its status from the messages).
+        visible = self.has_view_or_change_permission(request)
+        instance = self.get_object(request, unquote(object_id)) if visible else None
         if instance is None:
             raise Http404(f"No instance with primary key {object_id!r}.")
         return instance

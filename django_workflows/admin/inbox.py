@@ -18,6 +18,8 @@ class InboxDiscard(PageMixin):
         if not self.can_steer(request):
             raise PermissionDenied
         instance = self._instance_or_404(request, object_id)
+        if not self.can_steer(request, instance):  # tenancy: this instance, not only the model's permission
+            raise PermissionDenied
         event_id, sender = request.POST.get("event"), request.POST.get("sender")
         if event_id is not None:
             # ASCII digits only: int() would take "²" and " 7 ".

@@ -12,7 +12,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.timezone import localtime
 
-from django_workflows import counts
+from django_workflows import access, counts
 from django_workflows.admin.base import PageMixin, refuse_nul
 from django_workflows.approvals import awaiting_approval
 from django_workflows.definition import registry
@@ -42,7 +42,8 @@ class WorkflowFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         # Workflows defined now, and any whose instances remain after its class was removed.
         stored = listing.workflow_names()
-        return [(name, name) for name in sorted(set(registry.names()) | set(stored))]
+        names = sorted(set(registry.names()) | set(stored))
+        return [(name, name) for name in names if access.knows_workflow(request.user, name)]
 
     def queryset(self, request, queryset):
         if self.value():
@@ -150,7 +151,8 @@ class InstanceList(PageMixin):
     def changelist_view(self, request, extra_context=None):
         refuse_nul(request)
         workflow = request.GET.get(WorkflowFilter.parameter_name) or None
-        totals = status_totals(workflow)
+        visible = access.instances_filter(request.user, access.VIEW)
+        totals = status_totals(workflow, visible)
         base = reverse("admin:django_workflows_instance_changelist")
         scope = {WorkflowFilter.parameter_name: workflow} if workflow else {}
         status_bar = [
@@ -169,6 +171,6 @@ class InstanceList(PageMixin):
             "status_bar_total": sum(totals.values(), counts.Count(0)),
             "status_bar_all_url": f"{base}?{urlencode(scope)}" if scope else base,
             "status_bar_workflow": workflow,
-            "approvals_count": awaiting_approval().count(),
+            "approvals_count": awaiting_approval().filter(visible).count(),
         }
         return super().changelist_view(request, extra_context)

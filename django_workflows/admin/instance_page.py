@@ -105,6 +105,7 @@ class InstancePage(PageMixin):
             cpu_time_limit = None
 
         awaiting = approval_awaited(instance)
+        may_steer = self.can_steer(request, instance)
         waiting_since = Step.objects.began_at(instance, instance.current_step) if awaiting else None
         return {
             "title": str(instance),
@@ -131,17 +132,17 @@ class InstancePage(PageMixin):
             "buffered_events": buffered[:BUFFERED_SHOWN],
             "more_buffered": len(buffered) > BUFFERED_SHOWN,
             "consumed_events": consumed,
-            "steering": steering_buttons(instance) if self.can_steer(request) else [],
+            "steering": steering_buttons(instance) if may_steer else [],
             "restart_from_url": (reverse("admin:django_workflows_instance_steer", args=[instance.pk, "restart"])
-                                 if self.can_steer(request) else None),
+                                 if may_steer else None),
             "discard_events_url": (reverse("admin:django_workflows_instance_discard_events", args=[instance.pk])
-                                   if self.can_steer(request) else None),
+                                   if may_steer else None),
             "restart_from_confirm": "Restart from this step? The steps from here on, and the events they "
                                     "consumed, are cleared; the steps before it are kept.",
             "awaiting": awaiting,
             "decision_refused": decision_refused(request.user, instance, awaiting),
             "waiting_since": waiting_since,
-            "can_send_events": self.can_send_events(request),
+            "can_send_events": self.can_send_events(request, instance),
             "send_event_form": SendEventForm(
                 initial={"type": instance.waiting_for[0] if active and instance.waiting_for else ""}
             ),
@@ -197,6 +198,8 @@ class InstancePage(PageMixin):
         if not self.can_send_events(request):
             raise PermissionDenied
         instance = self._instance_or_404(request, object_id)
+        if not self.can_send_events(request, instance):
+            raise PermissionDenied
         form = SendEventForm(request.POST)
         if not form.is_valid():
             self._form_errors(request, form)

@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseNotAllowed
 from django.urls import reverse
 
+from django_workflows import access
 from django_workflows.admin.base import PageMixin, handle_for
 from django_workflows.errors import InvalidTransition, WorkflowError
 from django_workflows.models import Instance
@@ -47,6 +48,8 @@ class Steering(PageMixin):
         if not self.can_steer(request):
             raise PermissionDenied
         instance = self._instance_or_404(request, object_id)
+        if not self.can_steer(request, instance):
+            raise PermissionDenied
         from_step = request.POST.get("from_step") if action == "restart" else None
         rollback = action == "terminate" and request.POST.get("rollback") == "1"
         try:
@@ -76,7 +79,7 @@ class Steering(PageMixin):
 
     def _steer_selected(self, request, queryset, action: str) -> None:
         done, refused = [], []
-        for instance in queryset.for_steering():
+        for instance in access.scope(queryset.for_steering(), request.user, access.STEER):
             try:
                 getattr(handle_for(instance), action)()
             except WorkflowError as exc:

@@ -12,6 +12,7 @@ from django.http import Http404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from django_workflows import access
 from django_workflows.admin.base import PageMixin
 from django_workflows.definition import registry
 from django_workflows.describe import describe_limits, describe_workflow, workflow_status_totals
@@ -27,9 +28,11 @@ class WorkflowPages(PageMixin):
     def workflows_view(self, request):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        counts = workflow_status_totals()
+        counts = workflow_status_totals(within=access.instances_filter(request.user, access.VIEW))
         rows = []
         for name in registry.names():
+            if not access.knows_workflow(request.user, name):
+                continue
             cls = registry.get(name)
             rows.append(
                 {
@@ -64,9 +67,12 @@ class WorkflowPages(PageMixin):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         try:
-            description = describe_workflow(name)
-        except WorkflowNotFound as exc:
-            raise Http404(str(exc)) from None
+            if not access.knows_workflow(request.user, name):
+                raise WorkflowNotFound(f"No workflow named {name!r}.")
+            description = describe_workflow(name, access.instances_filter(request.user, access.VIEW))
+        except WorkflowNotFound:
+            # Not the engine's message, which lists the workflows defined.
+            raise Http404(f"No workflow named {name!r}.") from None
         diagram = diagram_for(name)
         source, defined_in = "", ""
         try:

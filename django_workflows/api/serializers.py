@@ -363,5 +363,6 @@ class WorkflowSerializer(Described):
 class EventAcceptedSerializer(Described):
     accepted = serializers.BooleanField()
     event_id = serializers.IntegerField(help_text="The stored event; the same for a repeat of its Idempotency-Key.")
-    instance = InstanceSummarySerializer()
+    instance = InstanceSummarySerializer(
+        allow_null=True, help_text="The instance after the event; null for a sender who may not view it.")
     type = serializers.CharField()

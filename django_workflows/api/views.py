@@ -6,25 +6,28 @@ import json
 import secrets
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import transaction
 from django.http import JsonResponse
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status as http
-from rest_framework.pagination import PageNumberPagination
+from rest_framework.exceptions import NotAuthenticated, PermissionDenied
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_workflows import audit, declared_events, workflows
+from django_workflows import access, audit, declared_events, sending, workflows
 from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
 from django_workflows.api.access import APIAccess
+from django_workflows.api.pagination import InstancePagination, whole_number
 from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
-from django_workflows.counts import CountingPaginator
 from django_workflows.definition import registry
 from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
+from django_workflows.errors import InstanceFinished, InstanceNotFound, WorkflowNotFound
+from django_workflows.instances import InstanceHandle, WorkflowHandle
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import MAX_VERSION
 from django_workflows.validation import validate_instance_id
@@ -52,20 +55,69 @@ class WorkflowAPIView(APIAccess, APIView):
     schema = AutoSchema()
     required_permission = perms.VIEW
     required_permissions: dict[str, str] = {}
+    _workflows: dict[str, WorkflowHandle] | None = None  # this request's, by name (a view serves one request)
 
     def get_permissions(self):
         return [cls() for cls in workflow_settings.import_strings("API_PERMISSION_CLASSES")]
 
-    def workflow(self, name: str):
-        return workflows.get(name)
+    def acting_user(self):
+        """Who the access rules apply to: the request's user (None where a signature authenticates)."""
+        return self.request.user
 
-    def instance(self, name: str, instance_id: str):
+    def workflow(self, name: str):
+        """The workflow's handle; one the user may not know of is missing to them, and neither answer
+        lists the workflows that exist."""
+        missing = WorkflowNotFound(f"No workflow named {name!r}.", workflow=name)
+        # Looked up once a request: the handle carries the class that sending reads its rules from.
+        if self._workflows is None:
+            self._workflows = {}
+        found = self._workflows
+        if name not in found:
+            try:
+                found[name] = workflows.get(name)
+            except WorkflowNotFound:
+                raise missing from None
+        if not access.knows_workflow(self.acting_user(), name):
+            raise missing
+        return found[name]
+
+    def instance(self, name: str, instance_id: str, action: str = access.VIEW) -> Instance:
+        """The instance row, if the user may ``action`` it (``access``) and the API's permission classes
+        let them have it (``has_object_permission``); else the 404 of a missing instance, whichever it was,
+        so that the answer tells nothing of instances the user may not see."""
         validate_instance_id(instance_id)
-        return self.workflow(name).get(instance_id)
+        self.workflow(name)
+        rows = access.scope(Instance.objects.for_workflow(name), self.acting_user(), action)
+        missing = InstanceNotFound(f"Workflow {name!r} has no instance with id {instance_id!r}.",
+                                   workflow=name, instance_id=instance_id)
+        try:
+            row = rows.get(instance_id=instance_id)
+        except Instance.DoesNotExist:
+            raise missing from None
+        try:
+            self.check_object_permissions(self.request, row)
+        except (PermissionDenied, NotAuthenticated):
+            raise missing from None
+        return row
 
     @staticmethod
     def instance_row(handle) -> Instance:
         return Instance.objects.get(pk=handle.pk)
+
+    def handle(self, row: Instance) -> InstanceHandle:
+        return InstanceHandle.from_row(row.workflow_name, row.instance_id, row.pk,
+                                       self.workflow(row.workflow_name).workflow_class)
+
+    def created_visible(self, handles) -> None:
+        """Refuse (rolling the creation back) instances their creator could not see: else a user could
+        put an instance into a list the project's rule shows to someone else (another tenant's)."""
+        rule = access.instances_filter(self.request.user, access.VIEW)
+        if rule == access.EVERYTHING:
+            return
+        pks = [handle.pk for handle in handles]
+        if Instance.objects.filter(rule, pk__in=pks).count() != len(set(pks)):
+            raise PermissionDenied("You could not see the instance this would create (INSTANCE_ACCESS); "
+                                   "nothing was created.")
 
     def json_body(self, request, *, required: bool, empty=None):
         """The request body as JSON, with 415, 413 and 400 for what is wrong with it; ``empty`` when
@@ -116,7 +168,9 @@ def idempotency_key(request) -> str | None:
 class WorkflowListView(WorkflowAPIView):
     @operation(operation_id="workflows_list", responses={200: s.WorkflowSerializer(many=True), **errors(401, 403)})
     def get(self, request):
-        described = [describe_workflow(name) for name in registry.names()]
+        user = request.user
+        within = access.instances_filter(user, access.VIEW)
+        described = [describe_workflow(name, within) for name in registry.names() if access.knows_workflow(user, name)]
         return Response(s.WorkflowSerializer(described, many=True).data)
 
 
@@ -124,43 +178,8 @@ class WorkflowDetailView(WorkflowAPIView):
     @operation(operation_id="workflows_retrieve", responses={200: s.WorkflowSerializer, **errors(401, 403, 404)})
     def get(self, request, name):
         self.workflow(name)
-        return Response(s.WorkflowSerializer(describe_workflow(name)).data)
-
-
-class InstancePagination(PageNumberPagination):
-    page_size_query_param = "per_page"
-    django_paginator_class = CountingPaginator
-    max_page_size = 1000
-
-    def get_page_size(self, request):
-        self.page_size = workflow_settings.API_PAGE_SIZE
-        raw = request.query_params.get(self.page_size_query_param)
-        if raw is not None and not _whole_number(raw, 1, self.max_page_size):
-            raise exceptions.WorkflowAPIError(
-                f"per_page must be a whole number from 1 to {self.max_page_size}, got {raw[:100]!r}.",
-                "invalid_page")
-        return super().get_page_size(request)
-
-    def get_page_number(self, request, paginator):
-        raw = request.query_params.get(self.page_query_param)
-        if raw is not None and not _whole_number(raw, 1, 10**12):
-            raise exceptions.WorkflowAPIError(f"page must be a whole number from 1, got {raw[:100]!r}.",
-                                              "invalid_page")
-        return super().get_page_number(request, paginator)
-
-    def get_paginated_response(self, data):
-        return Response(s.InstancePageSerializer({
-            "count": self.page.paginator.count,
-            "count_estimated": self.page.paginator.counted.estimated,
-            "next": self.get_next_link(),
-            "previous": self.get_previous_link(),
-            "results": data,
-        }).data)
-
-
-def _whole_number(text: str, low: int, high: int) -> bool:
-    # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
-    return 0 < len(text) <= 13 and all("0" <= c <= "9" for c in text) and low <= int(text) <= high
+        within = access.instances_filter(request.user, access.VIEW)
+        return Response(s.WorkflowSerializer(describe_workflow(name, within)).data)
 
 
 class InstanceListView(WorkflowAPIView):
@@ -176,7 +195,7 @@ class InstanceListView(WorkflowAPIView):
     )
     def get(self, request, name):
         self.workflow(name)
-        rows = Instance.objects.for_workflow(name).order_by("-created_at", "-id")
+        rows = access.scope(Instance.objects.for_workflow(name), request.user, access.VIEW).order_by("-created_at", "-id")
         wanted = request.query_params.get("status")
         if wanted is not None:
             if wanted not in InstanceStatus.values:
@@ -200,9 +219,11 @@ class InstanceListView(WorkflowAPIView):
         data = self.json_body(request, required=False, empty={})
         serializer = s.CreateInstanceSerializer(data=data)
         serializer.is_valid(raise_exception=True)
-        created = handle.create(id=serializer.validated_data.get("instance_id"),
-                                params=serializer.validated_data.get("params"),
-                                retention=serializer.validated_data.get("retention"))
+        with transaction.atomic():
+            created = handle.create(id=serializer.validated_data.get("instance_id"),
+                                    params=serializer.validated_data.get("params"),
+                                    retention=serializer.validated_data.get("retention"))
+            self.created_visible([created])
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
                         status=http.HTTP_201_CREATED)
 
@@ -216,10 +237,12 @@ class InstanceBatchView(WorkflowAPIView):
         handle = self.workflow(name)
         serializer = s.BatchSerializer(data=self.json_body(request, required=True))
         serializer.is_valid(raise_exception=True)
-        created = handle.create_batch([
-            {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention")}
-            for item in serializer.validated_data
-        ])
+        with transaction.atomic():
+            created = handle.create_batch([
+                {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention")}
+                for item in serializer.validated_data
+            ])
+            self.created_visible(created)
         rows = Instance.objects.in_bulk([h.pk for h in created])
         summaries = [instance_summary(rows[h.pk]) for h in created]
         return Response(s.InstanceSummarySerializer(summaries, many=True).data, status=http.HTTP_201_CREATED)
@@ -239,11 +262,11 @@ class InstanceDetailView(WorkflowAPIView):
         for parameter, default, high in (("steps_page", 1, 10**9), ("events_page", 1, 10**9),
                                          ("per_page", DETAIL_PAGE_SIZE, 1000)):
             raw = request.query_params.get(parameter)
-            if raw is not None and not _whole_number(raw, 1, high):
+            if raw is not None and not whole_number(raw, 1, high):
                 raise exceptions.WorkflowAPIError(
                     f"{parameter} must be a whole number from 1 to {high}, got {raw[:100]!r}.", "invalid_page")
             pages[parameter] = default if raw is None else int(raw)
-        described = describe_instance(self.instance_row(self.instance(name, instance_id)), **pages)
+        described = describe_instance(self.instance(name, instance_id), **pages)
         return Response(s.InstanceSerializer(described).data)
 
 
@@ -253,7 +276,10 @@ class InstanceStatusView(WorkflowAPIView):
     @operation(operation_id="instances_change_status", request=s.StatusChangeSerializer,
                    responses={200: s.InstanceSummarySerializer, **errors(400, 401, 403, 404, 409, 415)})
     def patch(self, request, name, instance_id):
-        handle = self.instance(name, instance_id)
+        row = self.instance(name, instance_id)
+        if not access.allows(request.user, access.STEER, row):
+            raise PermissionDenied(f"You may see instance {name}/{instance_id} but not steer it.")
+        handle = self.handle(row)
         serializer = s.StatusChangeSerializer(data=self.json_body(request, required=True))
         serializer.is_valid(raise_exception=True)
         change = serializer.validated_data
@@ -281,14 +307,29 @@ class InstanceEventView(WorkflowAPIView):
                    parameters=[IDEMPOTENCY_PARAMETER],
                    responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415, 429)})
     def post(self, request, name, instance_id, event_type):
-        handle = self.instance(name, instance_id)
+        user = self.sending_user(request)
+        try:
+            row = self.instance(name, instance_id, access.SEND)
+        except InstanceNotFound:
+            # A type this user may not send is refused for a missing instance as for one that exists
+            # (where send_event refuses it), so that the refusal says nothing of whether it exists.
+            sending.authorize(name, event_type, self.channel, user)
+            raise
         payload = self.json_body(request, required=False)
+        sees_it = access.holds_model_permission(user, access.VIEW) and access.allows(user, access.VIEW, row)
         # The handle checks the type, the sender and the payload, and stores the event.
-        sent = handle.send_event(type=event_type, payload=payload, channel=self.channel,
-                                 user=self.sending_user(request), sender=self.sender(request),
-                                 delivery=self.delivery, idempotency_key=idempotency_key(request))
-        accepted = {"accepted": True, "event_id": sent.event_id,
-                    "instance": instance_summary(self.instance_row(handle)), "type": event_type}
+        try:
+            sent = self.handle(row).send_event(type=event_type, payload=payload, channel=self.channel, user=user,
+                                               sender=self.sender(request), delivery=self.delivery,
+                                               idempotency_key=idempotency_key(request))
+        except InstanceFinished as exc:
+            if sees_it:
+                raise
+            # Whether it completed, errored or was terminated is the instance's to tell its viewers.
+            raise InstanceFinished(f"Instance {name}/{instance_id} no longer takes events.", workflow=name,
+                                   instance_id=instance_id, action="send_event") from exc
+        summary = instance_summary(self.instance_row(row)) if sees_it else None
+        accepted = {"accepted": True, "event_id": sent.event_id, "instance": summary, "type": event_type}
         return Response(s.EventAcceptedSerializer(accepted).data, status=http.HTTP_202_ACCEPTED)
 
 
@@ -303,6 +344,9 @@ class WebhookView(InstanceEventView):
 
     def sending_user(self, request):
         return None
+
+    def acting_user(self):
+        return None  # the signature, checked first, is the authority
 
     def get_authenticators(self):
         return []

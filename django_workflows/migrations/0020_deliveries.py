@@ -63,8 +63,6 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.RunPython(copy_deliveries, migrations.RunPython.noop, elidable=True),
-        migrations.RemoveField(
-            model_name='event',
-            name='delivery',
-        ),
+        # Event.delivery stays for one release: servers still on the previous one write it during a
+        # rolling deploy (models.Event says more).
     ]

@@ -66,4 +66,7 @@ def workflows_admin_links(context):
     can_view = user.has_perm("django_workflows.view_instance") or user.has_perm(
         "django_workflows.change_instance"
     )
-    return {"can_view": can_view, "approvals_count": awaiting_approval().count() if can_view else 0}
+    from django_workflows import access
+
+    queue = access.scope(awaiting_approval(), user, access.VIEW)
+    return {"can_view": can_view, "approvals_count": queue.count() if can_view else 0}

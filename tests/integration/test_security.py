@@ -182,15 +182,18 @@ def admin_posts(env):
     def status_is(instance, status):
         return lambda: instance.status()["status"] == status
 
+    # The admin's buttons act on what it shows: sending from it needs send_event and the instance in view
+    # (a sender who may not see it learns nothing of it, not even its status in a message).
+    send_seen = [{SEND}, {VIEW, CHANGE}]
     a = waiting(env)
-    on("approve", a, reverse(decide, args=[a.pk]), {"outcome": "approved", "step": "approval-1"}, {SEND},
+    on("approve", a, reverse(decide, args=[a.pk]), {"outcome": "approved", "step": "approval-1"}, send_seen,
        has_event(a))
     r = waiting(env)
     on("reject", r, reverse(decide, args=[r.pk]), {"outcome": "rejected", "step": "approval-1", "comment": "no"},
-       {SEND}, has_event(r))
+       send_seen, has_event(r))
     e = waiting(env)
     on("send event", e, reverse("admin:django_workflows_instance_send_event", args=[e.pk]),
-       {"type": "manager-approval", "payload": '{"outcome": "approved"}'}, {SEND}, has_event(e))
+       {"type": "manager-approval", "payload": '{"outcome": "approved"}'}, send_seen, has_event(e))
     p = waiting(env)
     on("pause", p, steer(p, "pause"), {}, {CHANGE}, status_is(p, "paused"))
     u = waiting(env)
@@ -228,8 +231,11 @@ def admin_client_for(role):
 
 
 def may(granted, needs):
+    """``needs``: a set of permissions any one of which will do, or a list of such sets, each needed."""
     if granted == "superuser":
         return bool(needs)  # what nobody may do (add, delete, edit the journal) the superuser may not either
+    if isinstance(needs, list):
+        return all(may(granted, each) for each in needs)
     return granted is not None and bool(set(granted) & needs)
 
 

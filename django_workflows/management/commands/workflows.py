@@ -9,7 +9,7 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import cli, clock, declared_events, workflows
+from django_workflows import access, cli, clock, declared_events, sending, workflows
 from django_workflows.describe import (
     as_numbers,
     describe_instance,
@@ -18,9 +18,12 @@ from django_workflows.describe import (
     instance_summary,
     workflow_status_totals,
 )
-from django_workflows.errors import WorkflowError
+from django_workflows.errors import InstanceNotFound, WorkflowError
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.transitions import TRANSITIONS
+
+AS_USER = ("Act as this Django user: only the instances they may see and steer (their permissions, and the "
+           "project's INSTANCE_ACCESS rule). Without it, the account that runs the command sees everything.")
 
 
 class Command(BaseCommand):
@@ -75,12 +78,14 @@ class Command(BaseCommand):
         listing.add_argument("--status", choices=InstanceStatus.values, default=None)
         listing.add_argument("--limit", type=cli.positive_int, default=50,
                              help="At most this many (default 50).")
+        listing.add_argument("--user", metavar="USERNAME", default=None, help=AS_USER)
 
         detail = actions.add_parser("describe", parents=[output],
                                     help="An instance: status, params, output, error, steps and events.")
         detail.add_argument("name", metavar="NAME")
         detail.add_argument("instance_id", metavar="ID",
                             help=f"An instance id, or {cli.LATEST!r} for the newest instance.")
+        detail.add_argument("--user", metavar="USERNAME", default=None, help=AS_USER)
 
         event = actions.add_parser("send-event", parents=[output], help="Send an event to an instance.")
         event.add_argument("name", metavar="NAME")
@@ -96,6 +101,7 @@ class Command(BaseCommand):
             transition = actions.add_parser(action, parents=[output], help=transition_spec.summary)
             transition.add_argument("name", metavar="NAME")
             transition.add_argument("instance_id", metavar="ID")
+            transition.add_argument("--user", metavar="USERNAME", default=None, help=AS_USER)
             if action == "terminate":
                 transition.add_argument("--rollback", action="store_true",
                                         help="First run the undos of the steps that succeeded with one.")
@@ -119,6 +125,10 @@ class Command(BaseCommand):
         except WorkflowError as exc:
             # The engine's messages say what is wrong and what to do; a traceback would bury them.
             raise CommandError(str(exc)) from exc
+
+    @staticmethod
+    def user(options):
+        return cli.find_user(options["user"]) if options.get("user") else None
 
     def show(self, data, text: str) -> None:
         self.stdout.write(cli.dumps(data) if self.as_json else text)
@@ -169,7 +179,7 @@ class Command(BaseCommand):
 
     def instances_list(self, options):
         name = workflows.get(options["name"]).name
-        rows = Instance.objects.for_workflow(name).order_by("-created_at", "-id")
+        rows = cli.visible_instances(name, self.user(options)).order_by("-created_at", "-id")
         if options["status"]:
             rows = rows.filter(status=options["status"])
         limit = options["limit"]
@@ -179,23 +189,38 @@ class Command(BaseCommand):
         self.show(summaries, cli.format_instance_list(name, summaries, more=len(found) > limit))
 
     def instances_describe(self, options):
-        description = describe_instance(cli.find_instance(options["name"], options["instance_id"]))
+        description = describe_instance(cli.find_instance(options["name"], options["instance_id"], self.user(options)))
         self.show(description, cli.format_instance(description))
 
     def instances_send_event(self, options):
-        handle = cli.find_handle(options["name"], options["instance_id"])
         event_type = options["event_type"]
-        user = cli.find_user(options["user"]) if options["user"] else None
+        user = self.user(options)
+        try:
+            handle = cli.find_handle(options["name"], options["instance_id"], user, access.SEND)
+        except InstanceNotFound:
+            if user is not None:
+                # Refused for a missing instance as for one that exists, to say nothing of which it is.
+                sending.authorize(options["name"], event_type, declared_events.CLI, user)
+            raise
         # Sent as "cli:<username>" with --user; without, as the account that runs the command.
         sent = handle.send_event(type=event_type, payload=options["payload"], channel=declared_events.CLI,
                                  user=user, sender=None if user else cli.cli_sender())
-        summary = instance_summary(cli.instance_row(handle))
-        text = f"Sent event {event_type!r} to {handle.workflow_name}/{handle.id}; it is {summary['status']}."
+        row = cli.instance_row(handle)
+        if user is None or (access.holds_model_permission(user, access.VIEW) and access.allows(user, access.VIEW, row)):
+            summary = instance_summary(row)
+            text = f"Sent event {event_type!r} to {handle.workflow_name}/{handle.id}; it is {summary['status']}."
+        else:
+            summary, text = None, f"Sent event {event_type!r} to {handle.workflow_name}/{handle.id}."
         self.show({"accepted": True, "type": event_type, "sender": sent.sender, "instance": summary}, text)
 
     def instances_transition(self, options):
         action = options["action"]
-        handle = cli.find_handle(options["name"], options["instance_id"])
+        user = self.user(options)
+        handle = cli.find_handle(options["name"], options["instance_id"], user)
+        if user is not None and not (access.holds_model_permission(user, access.STEER)
+                                     and access.allows(user, access.STEER, cli.instance_row(handle))):
+            raise CommandError(f"User {user.get_username()!r} may see {handle.workflow_name}/{handle.id} but "
+                               "not steer it.")
         if options.get("from_step") is not None:
             handle.restart(from_step=options["from_step"], count=options["count"])
         elif options.get("rollback"):

@@ -20,10 +20,10 @@ from datetime import timedelta
 from django.db import DatabaseError, close_old_connections, connections, router
 from django.db.models import F, Q
 
-from django_workflows import changes, clock, telemetry
+from django_workflows import changes, clock, processes, telemetry
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
-from django_workflows.store import leases
+from django_workflows.store import holders
 from django_workflows.store.dispatch import next_wake_time, reclaim_dead_leases, sweep, wake_due
 from django_workflows.store.retention import purge_finished
 from django_workflows.store.schedules import Scheduler
@@ -35,26 +35,6 @@ PURGE_INTERVAL = 60.0
 # Seconds between two batches of a retention sweep: writers waiting for the database (on SQLite, the
 # wake-up loop and the replays wait for the one writer) get it between batches of a long backlog.
 PURGE_PAUSE = 0.1
-
-
-def _children_of(pid: int) -> list[int]:
-    """Direct children of ``pid``, read from /proc (Linux); empty where /proc is missing."""
-    children: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return children
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            children.append(int(entry))
-    return children
 
 
 # The cluster's processes die with their parent (Linux). django-q2's sentinel does not watch its own
@@ -139,7 +119,7 @@ class ClusterProcess:
         if not (self.cluster and self.cluster.sentinel and self.cluster.sentinel.pid):
             return []
         sentinel = self.cluster.sentinel.pid
-        return [sentinel, *_children_of(sentinel)]
+        return [sentinel, *processes.children_of(sentinel)]
 
     def kill(self) -> None:
         pids = self.pids()
@@ -405,7 +385,7 @@ class Worker:
         """
         assert self.cluster is not None  # asked only with a cluster (watch_cluster)
         leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
-        owners = [f"{leases.this_host()}:{pid}:" for pid in self.cluster.pids()]
+        owners = [f"{holders.this_host()}:{pid}:" for pid in self.cluster.pids()]
         if owners:
             holding = Q()
             for owner in owners:

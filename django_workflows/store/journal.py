@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.utils import CursorWrapper
 
-    from django_workflows.store.leases import Lease
+    from django_workflows.store.lease_keeper import Lease
 
 # Decodes a journal row's attempts, error, wake_at and started_at (rows.RowReader.decode).
 DetailDecoder = Callable[[Sequence[Any]], Iterable[Any]]
@@ -170,7 +170,7 @@ class JournalWriter:
     def __init__(self, instance_pk: int, epoch: int):
         self.instance_pk = instance_pk
         self.epoch = epoch
-        # The replay's leases.Lease, once held: a lapsed or lost lease fences the next write.
+        # The replay's lease_keeper.Lease, once held: a lapsed or lost lease fences the next write.
         self.lease: Lease | None = None
         # Once a write or a check of this replay is fenced, it stays fenced: user code may swallow the
         # Fenced raised (an ``except BaseException:`` around a step), and nothing it does after may run

@@ -10,9 +10,8 @@ from statistics import median
 import pytest
 from django.db import connection
 
-from django_workflows import workflows
+from django_workflows import processes, workflows
 from django_workflows.models import Event, Instance, Step, WorkerHeartbeat
-from django_workflows.worker import _children_of
 from tests.testapp.models import ReplayAudit, SideEffect
 from tests.workers import assert_naps_resume_on_time, wait_for, wait_status
 
@@ -184,8 +183,8 @@ def test_the_worker_restarts_a_wedged_cluster(start_worker):
 
     def cluster_processes():
         # The sentinel is the command's child with the workers, pusher and monitor under it.
-        for child in _children_of(worker.pid):
-            grandchildren = _children_of(child)
+        for child in processes.children_of(worker.pid):
+            grandchildren = processes.children_of(child)
             if len(grandchildren) >= 3:
                 return grandchildren
         return None
@@ -210,8 +209,8 @@ def test_the_worker_restarts_a_cluster_wedged_inside_a_write_transaction(start_w
     marker = tmp_path / "holder.pid"
     holder = workflows.get("holds-the-lock").create(id="holder", params={"marker": str(marker)})
     pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the step to hold its lock"))
-    sentinel = next(child for child in _children_of(worker.pid) if pid in _children_of(child))
-    for process in [sentinel, *_children_of(sentinel)]:
+    sentinel = next(child for child in processes.children_of(worker.pid) if pid in processes.children_of(child))
+    for process in [sentinel, *processes.children_of(sentinel)]:
         os.kill(process, signal.SIGSTOP)
     # Each of the worker's writes waits 5 s for the lock before it fails: the restart takes a few of them.
     wait_for(lambda: WorkerHeartbeat.objects.filter(cluster_restarts__gte=1).exists(), 120,
@@ -227,8 +226,8 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
 
     def cluster():
         # The sentinel and the two workers, the monitor and the pusher under it (started last).
-        for child in _children_of(worker.pid):
-            grandchildren = _children_of(child)
+        for child in processes.children_of(worker.pid):
+            grandchildren = processes.children_of(child)
             if len(grandchildren) >= 4:
                 time.sleep(0.5)  # the sentinel is past its start-up
                 return child, grandchildren
@@ -238,9 +237,8 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
         found = []
         for pid in pids:
             try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
-                        found.append(pid)
+                if processes.stat_fields(pid)[processes.STATE] not in processes.EXITED:
+                    found.append(pid)
             except OSError:
                 pass
         return found

@@ -19,7 +19,7 @@ from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
 from django_workflows.replay import Replay
 from django_workflows.step import WorkflowStep
-from django_workflows.store.journal import load
+from django_workflows.store.journal_entries import load
 from django_workflows.store.leases import Claim
 
 _FINISHED_STEP = (StepStatus.SUCCEEDED, StepStatus.FAILED)

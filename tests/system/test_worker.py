@@ -260,6 +260,7 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
 
 
 def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypatch, settings):
+    from django_workflows import cluster
     from django_workflows import worker as worker_module
 
     starts = []
@@ -269,9 +270,9 @@ def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypat
         if len(starts) == 1:  # what django-q2 raises when the sentinel dies before it is up
             raise RuntimeError("Q Cluster failed to start: sentinel exited with code -9")
 
-    monkeypatch.setattr(worker_module.ClusterProcess, "start", start)
-    monkeypatch.setattr(worker_module.ClusterProcess, "alive", property(lambda self: len(starts) > 1))
-    monkeypatch.setattr(worker_module.ClusterProcess, "stop", lambda self, wait=60.0: None)
+    monkeypatch.setattr(cluster.ClusterProcess, "start", start)
+    monkeypatch.setattr(cluster.ClusterProcess, "alive", property(lambda self: len(starts) > 1))
+    monkeypatch.setattr(cluster.ClusterProcess, "stop", lambda self, wait=60.0: None)
     settings.DJANGO_WORKFLOWS = {"SWEEP_INTERVAL": 0.1, "WAKE_INTERVAL": 0.1}
     handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:

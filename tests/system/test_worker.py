@@ -244,14 +244,14 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
         return found
 
     try:
-        sentinel, processes = wait_for(cluster, 20, message="the cluster's processes")
+        sentinel, under_it = wait_for(cluster, 20, message="the cluster's processes")
         os.kill(sentinel, signal.SIGKILL)
         # Left running, they would go on taking replays beside the cluster started in their place.
-        wait_for(lambda: not alive(processes), 5, message="the dead sentinel's processes to die")
-        sentinel, processes = wait_for(lambda: (found := cluster()) and found[0] != sentinel and found, 20,
-                                       message="the cluster to be started again")
+        wait_for(lambda: not alive(under_it), 5, message="the dead sentinel's processes to die")
+        sentinel, under_it = wait_for(lambda: (found := cluster()) and found[0] != sentinel and found, 20,
+                                     message="the cluster to be started again")
         os.kill(worker.pid, signal.SIGKILL)
-        wait_for(lambda: not alive([sentinel, *processes]), 5, message="the dead command's cluster to die")
+        wait_for(lambda: not alive([sentinel, *under_it]), 5, message="the dead command's cluster to die")
     finally:
         try:  # whatever outlived its parent is still in the command's process group
             os.killpg(worker.pid, signal.SIGKILL)

@@ -291,23 +291,23 @@ class WorkflowOptions:
         concurrency = self._read_limit(
             limits.parse_concurrency, "concurrency", concurrency, "no concurrency limit",
             "concurrency = 10 runs at most 10 instances of the workflow at once, across every worker.",
-            "django_workflows.E026")
+            id="django_workflows.E026")
         rate = self._read_limit(
             limits.parse_rate_limit, "rate_limit", rate_limit, "no rate limit",
             "rate_limit = '100/minute' starts at most 100 instances in any minute ('/second' and '/hour' too).",
-            "django_workflows.E027")
+            id="django_workflows.E027")
         if concurrency is None and rate is None:
             return None
         return limits.WorkflowLimits(concurrency, rate)
 
     def _read_limit(self, parse: Callable[[Any, str], _Limit], attribute: str, value: Any, lifted: str,
-                    hint: str, check_id: str) -> _Limit | None:
+                    hint: str, *, id: str) -> _Limit | None:  # noqa: A002 (the check's id, as Error names it)
         """``parse`` of the class's ``attribute``; a value it refuses is reported and left out."""
         try:
             return parse(value, f"{self.where}.{attribute}")
         except WorkflowConfigError as exc:
             self.problems.append(Error(f"{exc}. Until it is fixed, {lifted} applies to its instances.",
-                                       hint=hint, id=check_id))
+                                       hint=hint, id=id))
             return None
 
 

@@ -38,8 +38,8 @@ MAX_VERSION = 100
 _CPU_TIME_LIMIT_SETTING = "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']"
 _VERSION_SETTING = "DJANGO_WORKFLOWS['VERSION']"
 
-# A limit's parsed value (a concurrency, a rate): what _read_limit gives back, or None.
-_Limit = TypeVar("_Limit")
+# An attribute's parsed value (a duration, a version, a concurrency, a rate).
+_Parsed = TypeVar("_Parsed")
 
 
 def parse_cpu_time_limit(value: Any, where: str) -> timedelta:
@@ -102,8 +102,12 @@ class WorkflowOptions:
         # {attribute: the check's complaint}, raised by a reader that cannot do without the value.
         self._refused: dict[str, str] = {}
         self.own_step_limit = self._read_step_limit(workflow_class.step_limit)
-        self.own_cpu_time_limit = self._read_cpu_time_limit(workflow_class.cpu_time_limit)
-        self.own_version = self._read_version(workflow_class.version)
+        self.own_cpu_time_limit = self._read_or_refuse(
+            "cpu_time_limit", workflow_class.cpu_time_limit, parse_cpu_time_limit,
+            lambda exc: cpu_time_limit_error(exc, "leave it out for the CPU_TIME_LIMIT setting"))
+        self.own_version = self._read_or_refuse(
+            "version", workflow_class.version, parse_version,
+            lambda exc: version_error(exc, "leave it out for the VERSION setting"))
         self._check_name()
         named = self._read_approvals(workflow_class.approvals)
         self.events = self._read_events(workflow_class.events, named)
@@ -182,23 +186,16 @@ class WorkflowOptions:
         # The engine has always run a larger limit as the hard one; anything else leaves the setting's.
         return HARD_STEP_LIMIT if _whole(value) and value > HARD_STEP_LIMIT else None
 
-    def _read_cpu_time_limit(self, value: Any) -> timedelta | None:
+    def _read_or_refuse(self, attribute: str, value: Any, parse: Callable[[Any, str], _Parsed],
+                        problem: Callable[[WorkflowConfigError], Error]) -> _Parsed | None:
+        """``parse`` of the class's ``attribute`` (None when it is not set). A value it refuses is
+        reported, and a reader that cannot do without the value raises the refusal (``_refused``)."""
         if value is None:
             return None
         try:
-            return parse_cpu_time_limit(value, f"{self.where}.cpu_time_limit")
+            return parse(value, f"{self.where}.{attribute}")
         except WorkflowConfigError as exc:
-            self._refuse("cpu_time_limit", exc,
-                         cpu_time_limit_error(exc, "leave it out for the CPU_TIME_LIMIT setting"))
-            return None
-
-    def _read_version(self, value: Any) -> str | None:
-        if value is None:
-            return None
-        try:
-            return parse_version(value, f"{self.where}.version")
-        except WorkflowConfigError as exc:
-            self._refuse("version", exc, version_error(exc, "leave it out for the VERSION setting"))
+            self._refuse(attribute, exc, problem(exc))
             return None
 
     def _check_name(self) -> None:
@@ -300,8 +297,8 @@ class WorkflowOptions:
             return None
         return limits.WorkflowLimits(concurrency, rate)
 
-    def _read_limit(self, parse: Callable[[Any, str], _Limit], attribute: str, value: Any, lifted: str,
-                    hint: str, *, id: str) -> _Limit | None:  # noqa: A002 (the check's id, as Error names it)
+    def _read_limit(self, parse: Callable[[Any, str], _Parsed], attribute: str, value: Any, lifted: str,
+                    hint: str, *, id: str) -> _Parsed | None:  # noqa: A002 (the check's id, as Error names it)
         """``parse`` of the class's ``attribute``; a value it refuses is reported and left out."""
         try:
             return parse(value, f"{self.where}.{attribute}")

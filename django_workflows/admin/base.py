@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import BadRequest
-from django.http import Http404, HttpResponseRedirect
+from django.core.exceptions import BadRequest, PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
@@ -65,7 +65,13 @@ class InstanceAdminBase(admin.ModelAdmin):
 
     # The buttons of the instance page and the approval queue: POST only, through the handle.
 
-    def _instance_or_404(self, request, object_id) -> Instance:
+    def _posted_instance(self, request: HttpRequest, object_id: str, allowed: bool) -> Instance:
+        """The instance a button (a POST, ``require_POST``) acts on, once the user may press it."""
+        if not allowed:
+            raise PermissionDenied
+        return self._instance_or_404(request, object_id)
+
+    def _instance_or_404(self, request: HttpRequest, object_id: str) -> Instance:
         instance = self.get_object(request, unquote(object_id))
         if instance is None:
             raise Http404(f"No instance with primary key {object_id!r}.")

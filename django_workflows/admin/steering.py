@@ -8,9 +8,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.http import require_POST
 from django.urls import reverse
 
 from django_workflows.admin.base import PageMixin, handle_for
@@ -55,14 +56,11 @@ class Steering(PageMixin):
     # handle accepts and nothing more.
     actions = tuple(_bulk_action(transition) for transition in TRANSITIONS.values())
 
+    @method_decorator(require_POST)
     def steer_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
         if action not in TRANSITIONS:
             raise Http404(f"No such action: {action!r}.")
-        if not self.can_steer(request):
-            raise PermissionDenied
-        instance = self._instance_or_404(request, object_id)
+        instance = self._posted_instance(request, object_id, self.can_steer(request))
         from_step = request.POST.get("from_step") if action == "restart" else None
         rollback = action == "terminate" and request.POST.get("rollback") == "1"
         try:

@@ -9,6 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from django_workflows import processes
+from django_workflows.processes import descendants
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -43,29 +46,11 @@ def write_json(path, data) -> None:
 # -- CPU time of a process tree, from /proc ------------------------------------------------------
 
 def _stat(pid: int) -> list[str] | None:
+    """The process's stat fields, or None once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            text = handle.read()
+        return processes.stat_fields(pid)
     except OSError:
         return None
-    # The command name is in parentheses and may hold spaces: split after the last ')'.
-    return text.rsplit(")", 1)[1].split()
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every process under it, from the parent pids in /proc."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat(int(entry))
-            if fields:
-                parents.setdefault(int(fields[1]), []).append(int(entry))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(parents.get(current, []))
-    return tree
 
 
 def roles(pid: int, workers: int = 2) -> dict[int, str]:
@@ -113,8 +98,7 @@ def cpu_seconds(pid: int) -> dict[int, float]:
     for member in descendants(pid):
         fields = _stat(member)
         if fields:
-            # After the ')' split, field 3 (state) is index 0: utime (field 14) is index 11.
-            result[member] = sum(int(v) for v in fields[11:15]) / CLOCK_TICKS
+            result[member] = sum(int(v) for v in fields[processes.USER_TICKS:processes.USER_TICKS + 4]) / CLOCK_TICKS
     return result
 
 
@@ -128,18 +112,17 @@ def backend_cpu(dbname: str) -> dict[int, float]:
     """``{pid: CPU seconds}`` of the live PostgreSQL backends connected to ``dbname`` (from their
     titles, ``postgres: ... <user> <dbname> <client> ...``). Backends that ended are not there."""
     total = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in processes.process_ids():
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 title = handle.read().decode(errors="replace")
         except OSError:
             continue
         if title.startswith("postgres:") and f" {dbname} " in title:
-            fields = _stat(int(entry))
+            fields = _stat(pid)
             if fields:
-                total[int(entry)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+                user, system = fields[processes.USER_TICKS:processes.USER_TICKS + 2]
+                total[pid] = (int(user) + int(system)) / CLOCK_TICKS
     return total
 
 

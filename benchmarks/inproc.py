@@ -32,7 +32,7 @@ from django_workflows import clock, executors, workflows  # noqa: E402
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind, StepStatus  # noqa: E402
 from django_workflows.policy import default_policy  # noqa: E402
 from django_workflows.replay import replay  # noqa: E402
-from django_workflows.store.journal import load  # noqa: E402
+from django_workflows.store.journal_entries import load  # noqa: E402
 from django_workflows.testing import RecordingExecutor  # noqa: E402
 
 

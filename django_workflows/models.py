@@ -2,55 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Self
 
-from django.core.exceptions import EmptyResultSet
-from django.db import NotSupportedError, models
-from django.db.models import Count, F, Lookup, Q
+from django.db import models
+from django.db.models import Count, F, Q
 
-
-class InstanceStatus(models.TextChoices):
-    """Cloudflare's instance statuses (``unknown`` is never stored)."""
-
-    QUEUED = "queued", "Queued"
-    """Created (or resumed, or restarted) and waiting for a replay to pick it up."""
-    RUNNING = "running", "Running"
-    """A replay holds the lease and is running ``run()``."""
-    PAUSED = "paused", "Paused"
-    """Stopped by ``pause()``; nothing runs until ``resume()``."""
-    WAITING_FOR_PAUSE = "waitingForPause", "Waiting for pause"
-    """``pause()`` was asked while a replay ran; it stops after its current step."""
-    WAITING = "waiting", "Waiting"
-    """Sleeping, waiting for an event, or waiting out a retry delay; holds no worker."""
-    ERRORED = "errored", "Errored"
-    """``run()`` raised; the error and traceback are stored."""
-    TERMINATED = "terminated", "Terminated"
-    """Stopped for good by ``terminate()``."""
-    COMPLETE = "complete", "Complete"
-    """``run()`` returned; its return value is the output."""
-
-
-class ParentEndPolicy(models.TextChoices):
-    """What a parent's terminate, terminate-with-rollback or restart does to a child it started."""
-
-    TERMINATE = "terminate", "Terminate"
-    """The child goes with its parent: terminated (with rollback, restarted) as the parent is."""
-    ABANDON = "abandon", "Abandon"
-    """The child runs on by itself."""
-
-
-FINISHED_STATUSES = (InstanceStatus.ERRORED, InstanceStatus.TERMINATED, InstanceStatus.COMPLETE)
-ACTIVE_STATUSES = tuple(status for status in InstanceStatus if status not in FINISHED_STATUSES)
-"""Every status but the finished ones: the instance may still run."""
+from django_workflows.lookups import HoldsAnyOf
+# Defined beside the models at first: projects and the package import them from here too.
+from django_workflows.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
+from django_workflows.statuses import FINISHED_STATUSES as FINISHED_STATUSES
+from django_workflows.statuses import InstanceStatus, ParentEndPolicy, StepKind, StepStatus
 
 
 class InstanceQuerySet(models.QuerySet):
     def for_workflow(self, name: str) -> Self:
         return self.filter(workflow_name=name)
 
-    def for_steering(self):
+    def for_steering(self) -> Self:
         """Only what names each instance (its pk, workflow and id): enough to steer it by its handle."""
         return self.only("pk", "instance_id", "workflow_name")
 
@@ -67,7 +37,7 @@ class InstanceQuerySet(models.QuerySet):
         """Queued instances untouched since ``before``: their replay task may have been lost."""
         return self.filter(status=InstanceStatus.QUEUED, updated_at__lt=before)
 
-    def waiting_for_any(self, types_by_workflow):
+    def waiting_for_any(self, types_by_workflow: Mapping[str, Iterable[str]]) -> Self:
         """Instances waiting for an event of a type listed for their workflow in ``types_by_workflow``
         (``{workflow name: event types}``). A wait may name several types; one listed is enough."""
         listed = Q(pk__in=[])
@@ -239,61 +209,12 @@ class Instance(models.Model):
         return f"{self.workflow_name}/{self.instance_id}"
 
 
-@Instance._meta.get_field("waiting_for").register_lookup
-class HoldsAnyOf(Lookup):
-    """``waiting_for__holds_any_of=[...]``: the stored list holds one of these strings, or more.
-
-    Django's ``contains`` on a JSONField does not run on SQLite, and its ``has_any_keys`` reads object
-    keys there, not list items, so each database gets its own SQL.
-    """
-
-    lookup_name = "holds_any_of"
-    prepare_rhs = False  # the strings are compared with the list's items, not stored as JSON
-
-    def as_sql(self, compiler, connection):
-        raise NotSupportedError(
-            f"holds_any_of is written for SQLite and PostgreSQL, not {connection.vendor}."
-        )
-
-    def as_sqlite(self, compiler, connection):
-        if not self.rhs:
-            raise EmptyResultSet  # no type to hold: matches nothing, as on PostgreSQL
-        column, params = compiler.compile(self.lhs)
-        marks = ", ".join(["%s"] * len(self.rhs))
-        sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
-        return sql, (*params, *self.rhs)
-
-    def as_postgresql(self, compiler, connection):
-        column, params = compiler.compile(self.lhs)
-        return f"{column} ?| %s", (*params, list(self.rhs))
-
-
-class StepKind(models.TextChoices):
-    DO = "do", "step.do"
-    SLEEP = "sleep", "step.sleep"
-    WAIT = "waitForEvent", "step.wait_for_event"
-    PATCH = "patch", "step.patched"
-    """A marker, not a step: ``step.patched(change_id)`` was first reached when the journal had nothing
-    further, so the instance takes the patched code from there on (``django_workflows.patches``)."""
-
-
-class StepStatus(models.TextChoices):
-    SUCCEEDED = "succeeded", "Succeeded"
-    """Done; ``result`` holds its value (for a wait, the event)."""
-    FAILED = "failed", "Failed"
-    """Failed for good (retries exhausted, non-retryable, or a wait timed out); ``error`` holds why."""
-    RETRYING = "retrying", "Retrying"
-    """An attempt failed; the next one is due at ``wake_at``."""
-    WAITING = "waiting", "Waiting"
-    """A sleep, or a wait for an event, until ``wake_at``."""
-
-
 class StepQuerySet(models.QuerySet):
-    def journal_of(self, instance: Instance):
+    def journal_of(self, instance: Instance) -> Self:
         """An instance's journal, in the order its steps were written."""
         return self.filter(instance_id=instance.pk).order_by("id")
 
-    def began_at(self, instance: Instance, key: str):
+    def began_at(self, instance: Instance, key: str) -> datetime | None:
         """When the step ``key`` of ``instance`` began, or None if it has no such step (one query)."""
         return self.filter(instance_id=instance.pk, key=key).values_list("started_at", flat=True).first()
 
@@ -307,6 +228,10 @@ class StepQuerySet(models.QuerySet):
         for row in rows.order_by():
             progress.setdefault(row["name"], {})[row["status"]] = row["n"]
         return progress
+
+
+# ``waiting_for__holds_any_of=[...]``: InstanceQuerySet.waiting_for_any's lookup.
+Instance._meta.get_field("waiting_for").register_lookup(HoldsAnyOf)
 
 
 class Step(models.Model):
@@ -350,23 +275,24 @@ class Step(models.Model):
 
 
 class EventQuerySet(models.QuerySet):
-    def unconsumed(self):
+    def unconsumed(self) -> Self:
         return self.filter(consumed_by__isnull=True)
 
-    def inbox_of(self, instance: Instance):
+    def inbox_of(self, instance: Instance):  # the annotated queryset (consumed_key), as the ORM types it
         """Every event sent to an instance, consumed or not, each with the key of the step that consumed
         it (``consumed_key``; None while it waits)."""
         return self.filter(instance_id=instance.pk).annotate(consumed_key=F("consumed_by__key"))
 
-    def buffered(self):
+    def buffered(self) -> Self:
         """The events no wait has consumed yet, oldest first: the order waits take them in."""
         return self.unconsumed().order_by("received_at", "id")
 
-    def latest_consumed(self):
+    def latest_consumed(self) -> Self:
         """The events a wait consumed, newest first."""
         return self.filter(consumed_by__isnull=False).order_by("-received_at", "-id")
 
-    def around(self, steps, received_since=None, received_until=None):
+    def around(self, steps: Iterable[Step], received_since: datetime | None = None,
+               received_until: datetime | None = None) -> Self:
         """The events that belong with a stretch of the journal, oldest first: those its ``steps``
         consumed, and those received between ``received_since`` and ``received_until`` (an open end
         reaches the first or the last event; with both open, every event)."""

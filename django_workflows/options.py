@@ -19,13 +19,15 @@ is seen without reading the class again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from django.core.checks import Error
 
 from django_workflows import event_rules, limits, schedules
 from django_workflows.conf import HARD_STEP_LIMIT, MAX_CPU_TIME_LIMIT, workflow_settings
-from django_workflows.definition import OPTIONS_ATTRIBUTE, registry
+from django_workflows.definition import OPTIONS_ATTRIBUTE, WorkflowEntrypoint, registry
 from django_workflows.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, MissingExtra, WorkflowConfigError
 from django_workflows.validation import is_event_type, is_workflow_name
@@ -36,8 +38,11 @@ MAX_VERSION = 100
 _CPU_TIME_LIMIT_SETTING = "DJANGO_WORKFLOWS['CPU_TIME_LIMIT']"
 _VERSION_SETTING = "DJANGO_WORKFLOWS['VERSION']"
 
+# An attribute's parsed value (a duration, a version, a concurrency, a rate).
+_Parsed = TypeVar("_Parsed")
 
-def parse_cpu_time_limit(value, where: str) -> timedelta:
+
+def parse_cpu_time_limit(value: Any, where: str) -> timedelta:
     """``value`` as a CPU time limit: a duration (milliseconds, as in Cloudflare's ``limits.cpu_ms``, or
     "N unit(s)") above zero and at most ``MAX_CPU_TIME_LIMIT``; a ``WorkflowConfigError`` naming
     ``where`` otherwise."""
@@ -52,7 +57,7 @@ def parse_cpu_time_limit(value, where: str) -> timedelta:
     return limit
 
 
-def parse_version(value, where: str) -> str:
+def parse_version(value: Any, where: str) -> str:
     """``value`` as a version: a string (or a whole number, written as one) of 1 to ``MAX_VERSION``
     printable characters; a ``WorkflowConfigError`` naming ``where`` otherwise."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -81,14 +86,14 @@ def version_error(exc: WorkflowConfigError, hint: str) -> Error:
     )
 
 
-def _whole(value) -> bool:
+def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 class WorkflowOptions:
     """What a workflow class's attributes come to. Built by ``WorkflowOptions.of(cls)``, not directly."""
 
-    def __init__(self, workflow_class):
+    def __init__(self, workflow_class: type[WorkflowEntrypoint]) -> None:
         self.workflow_class = workflow_class
         self.name = workflow_class.name
         self.where = f"{workflow_class.__module__}.{workflow_class.__qualname__}"
@@ -97,8 +102,12 @@ class WorkflowOptions:
         # {attribute: the check's complaint}, raised by a reader that cannot do without the value.
         self._refused: dict[str, str] = {}
         self.own_step_limit = self._read_step_limit(workflow_class.step_limit)
-        self.own_cpu_time_limit = self._read_cpu_time_limit(workflow_class.cpu_time_limit)
-        self.own_version = self._read_version(workflow_class.version)
+        self.own_cpu_time_limit = self._read_or_refuse(
+            "cpu_time_limit", workflow_class.cpu_time_limit, parse_cpu_time_limit,
+            lambda exc: cpu_time_limit_error(exc, "leave it out for the CPU_TIME_LIMIT setting"))
+        self.own_version = self._read_or_refuse(
+            "version", workflow_class.version, parse_version,
+            lambda exc: version_error(exc, "leave it out for the VERSION setting"))
         self._check_name()
         named = self._read_approvals(workflow_class.approvals)
         self.events = self._read_events(workflow_class.events, named)
@@ -109,7 +118,7 @@ class WorkflowOptions:
         self.limits = self._read_limits(workflow_class.concurrency, workflow_class.rate_limit)
 
     @classmethod
-    def of(cls, workflow_class) -> WorkflowOptions:
+    def of(cls, workflow_class: type[WorkflowEntrypoint]) -> WorkflowOptions:
         """The class's options, read the first time they are asked for and kept on the class (its
         subclasses have their own)."""
         options = workflow_class.__dict__.get(OPTIONS_ATTRIBUTE)
@@ -164,7 +173,7 @@ class WorkflowOptions:
         self._refused[attribute] = str(exc)
         self.problems.append(problem)
 
-    def _read_step_limit(self, value) -> int | None:
+    def _read_step_limit(self, value: Any) -> int | None:
         if value is None:
             return None
         if _whole(value) and 0 < value <= HARD_STEP_LIMIT:
@@ -177,23 +186,16 @@ class WorkflowOptions:
         # The engine has always run a larger limit as the hard one; anything else leaves the setting's.
         return HARD_STEP_LIMIT if _whole(value) and value > HARD_STEP_LIMIT else None
 
-    def _read_cpu_time_limit(self, value) -> timedelta | None:
+    def _read_or_refuse(self, attribute: str, value: Any, parse: Callable[[Any, str], _Parsed],
+                        problem: Callable[[WorkflowConfigError], Error]) -> _Parsed | None:
+        """``parse`` of the class's ``attribute`` (None when it is not set). A value it refuses is
+        reported, and a reader that cannot do without the value raises the refusal (``_refused``)."""
         if value is None:
             return None
         try:
-            return parse_cpu_time_limit(value, f"{self.where}.cpu_time_limit")
+            return parse(value, f"{self.where}.{attribute}")
         except WorkflowConfigError as exc:
-            self._refuse("cpu_time_limit", exc,
-                         cpu_time_limit_error(exc, "leave it out for the CPU_TIME_LIMIT setting"))
-            return None
-
-    def _read_version(self, value) -> str | None:
-        if value is None:
-            return None
-        try:
-            return parse_version(value, f"{self.where}.version")
-        except WorkflowConfigError as exc:
-            self._refuse("version", exc, version_error(exc, "leave it out for the VERSION setting"))
+            self._refuse(attribute, exc, problem(exc))
             return None
 
     def _check_name(self) -> None:
@@ -206,7 +208,7 @@ class WorkflowOptions:
                 id="django_workflows.E007",
             ))
 
-    def _read_approvals(self, value) -> frozenset[str]:
+    def _read_approvals(self, value: Any) -> frozenset[str]:
         types = [value] if isinstance(value, str) else value
         if isinstance(types, (list, tuple, set, frozenset)) and all(is_event_type(t) for t in types):
             return frozenset(types)
@@ -221,7 +223,7 @@ class WorkflowOptions:
             return frozenset()
         return frozenset(t for t in types if is_event_type(t))
 
-    def _read_events(self, value, approvals: frozenset[str]) -> dict[str, event_rules.EventRule] | None:
+    def _read_events(self, value: Any, approvals: frozenset[str]) -> dict[str, event_rules.EventRule] | None:
         for problem in event_rules.problems(value, sorted(approvals)):
             self.problems.append(Error(
                 f"{self.where}.events: {problem}.",
@@ -231,7 +233,7 @@ class WorkflowOptions:
             ))
         return event_rules.rules(value)
 
-    def _read_schedules(self, cls) -> None:
+    def _read_schedules(self, cls: type[WorkflowEntrypoint]) -> None:
         self.schedule_expressions = schedules.expressions(cls.schedules)
         """The class's ``schedules`` as written, a lone string as a list of one."""
         self.schedule_timezone = cls.schedule_timezone or schedules.DEFAULT_TIMEZONE
@@ -280,32 +282,30 @@ class WorkflowOptions:
             id="django_workflows.E023",
         )
 
-    def _read_limits(self, concurrency, rate_limit) -> limits.WorkflowLimits | None:
+    def _read_limits(self, concurrency: Any, rate_limit: Any) -> limits.WorkflowLimits | None:
         """The class's limits, or None when it declares none: a value that check E026/E027 refuses is
         left out, as if not declared."""
-        try:
-            concurrency = limits.parse_concurrency(concurrency, f"{self.where}.concurrency")
-        except WorkflowConfigError as exc:
-            concurrency = None
-            self.problems.append(Error(
-                f"{exc}. Until it is fixed, no concurrency limit applies to its instances.",
-                hint="concurrency = 10 runs at most 10 instances of the workflow at once, across every "
-                     "worker.",
-                id="django_workflows.E026",
-            ))
-        try:
-            rate = limits.parse_rate_limit(rate_limit, f"{self.where}.rate_limit")
-        except WorkflowConfigError as exc:
-            rate = None
-            self.problems.append(Error(
-                f"{exc}. Until it is fixed, no rate limit applies to its instances.",
-                hint="rate_limit = '100/minute' starts at most 100 instances in any minute ('/second' and "
-                     "'/hour' too).",
-                id="django_workflows.E027",
-            ))
+        concurrency = self._read_limit(
+            limits.parse_concurrency, "concurrency", concurrency, "no concurrency limit",
+            "concurrency = 10 runs at most 10 instances of the workflow at once, across every worker.",
+            id="django_workflows.E026")
+        rate = self._read_limit(
+            limits.parse_rate_limit, "rate_limit", rate_limit, "no rate limit",
+            "rate_limit = '100/minute' starts at most 100 instances in any minute ('/second' and '/hour' too).",
+            id="django_workflows.E027")
         if concurrency is None and rate is None:
             return None
         return limits.WorkflowLimits(concurrency, rate)
+
+    def _read_limit(self, parse: Callable[[Any, str], _Parsed], attribute: str, value: Any, lifted: str,
+                    hint: str, *, id: str) -> _Parsed | None:  # noqa: A002 (the check's id, as Error names it)
+        """``parse`` of the class's ``attribute``; a value it refuses is reported and left out."""
+        try:
+            return parse(value, f"{self.where}.{attribute}")
+        except WorkflowConfigError as exc:
+            self.problems.append(Error(f"{exc}. Until it is fixed, {lifted} applies to its instances.",
+                                       hint=hint, id=id))
+            return None
 
 
 def limited() -> dict[str, limits.WorkflowLimits]:

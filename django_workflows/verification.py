@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from django_workflows.async_run import drive
 from django_workflows.control_flow import EndOfJournal
@@ -20,7 +21,7 @@ from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
 from django_workflows.patches import PatchSteps
 from django_workflows.replay import Replay
 from django_workflows.step import WorkflowStep
-from django_workflows.store.journal import load
+from django_workflows.store.journal_entries import Entry, load
 from django_workflows.store.leases import Claim
 
 _FINISHED_STEP = (StepStatus.SUCCEEDED, StepStatus.FAILED)
@@ -45,7 +46,7 @@ class Divergence:
 class _Verification(Replay):
     """A replay that answers only from the journal and stops where a real one would run or write."""
 
-    def lookup(self, key: str, kind: str):
+    def lookup(self, key: str, kind: str) -> Entry:
         entry = super().lookup(key, kind)
         if entry is None or entry.status not in _FINISHED_STEP:
             # Raised again by every later step, should run() swallow it (Replay.call).
@@ -70,7 +71,7 @@ class _UnwrittenPatches(PatchSteps):
 def verify(instance: Instance) -> Divergence | None:
     """Replay ``instance``'s journal against the registered code; None if it agrees."""
 
-    def diverged(error: str, message: str, **where) -> Divergence:
+    def diverged(error: str, message: str, **where: Any) -> Divergence:
         return Divergence(instance.workflow_name, instance.instance_id, instance.status, error, message, **where)
 
     try:

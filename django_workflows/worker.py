@@ -1,12 +1,11 @@
-"""The operator's process: a django-q2 cluster, the wake-up loop (timers and cron schedules) and the
-sweeper, together.
+"""The operator's process: the wake-up loop (timers and cron schedules) and the sweeper, beside the
+django-q2 cluster that runs the replays (``cluster``), together.
 
 ``manage.py workflows_worker`` only parses arguments and runs ``Worker``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -14,16 +13,17 @@ import socket
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta
+from types import FrameType
 from typing import Any
-from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, connections, router
-from django.db.models import F, Q
+from django.db.models import F
 
 from django_workflows import changes, clock, telemetry
+from django_workflows.cluster import ClusterWatch
 from django_workflows.conf import workflow_settings
-from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
-from django_workflows.store import leases
+from django_workflows.models import Instance, WorkerHeartbeat
 from django_workflows.store.dispatch import next_wake_time, reclaim_dead_leases, sweep, wake_due
 from django_workflows.store.retention import purge_finished
 from django_workflows.store.schedules import Scheduler
@@ -37,153 +37,30 @@ PURGE_INTERVAL = 60.0
 PURGE_PAUSE = 0.1
 
 
-def _children_of(pid: int) -> list[int]:
-    """Direct children of ``pid``, read from /proc (Linux); empty where /proc is missing."""
-    children: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return children
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            children.append(int(entry))
-    return children
-
-
-# The cluster's processes die with their parent (Linux). django-q2's sentinel does not watch its own
-# parent, nor its workers, pusher and monitor theirs: a SIGKILLed sentinel (or command) left them
-# running unsupervised, still taking replays, beside the cluster started in its place.
-_PR_SET_PDEATHSIG = 1
-_fork_depth = 0  # 0 in the command, 1 in the sentinel, 2 in its workers, pusher and monitor
-_forking_parent = 0
-# libc's prctl once looked up, False where there is none (not Linux), None before the first look.
-_prctl: Any = None
-
-
-def _remember_parent() -> None:
-    global _forking_parent
-    _forking_parent = os.getpid()
-
-
-def _die_with_parent() -> None:
-    global _fork_depth
-    _fork_depth += 1
-    if _fork_depth > 2:
-        return  # processes that a step forks are the step's business
-    _prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0),
-           ctypes.c_ulong(0))
-    if os.getppid() != _forking_parent:
-        os._exit(1)  # the parent died before the request took effect
-
-
-def _cluster_dies_with_its_parents() -> None:
-    global _prctl
-    if _prctl is not None:
-        return
-    try:
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        _prctl = False  # not Linux: the sentinel is still watched and restarted, its orphans are not
-        return
-    os.register_at_fork(before=_remember_parent, after_in_child=_die_with_parent)
-
-
-class ClusterProcess:
-    """The django-q2 cluster this worker runs, started, watched and, if wedged, restarted."""
-
-    def __init__(self, workers: int | None):
-        self.workers = workers
-        # django-q2's Cluster, once started.
-        self.cluster: Any = None
-
-    def start(self) -> None:
-        from django_q.cluster import Cluster
-        from django_q.conf import Conf
-
-        if self.workers:
-            Conf.WORKERS = self.workers
-        # The cluster's processes are forked: they must not inherit this process's database
-        # connections, or closing theirs would close ours at the server.
-        connections.close_all()
-        _cluster_dies_with_its_parents()
-        handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-        self.cluster = Cluster()
-        # django-q2's Cluster installs its own handlers; the worker's come first.
-        signal.signal(signal.SIGTERM, handlers[0])
-        signal.signal(signal.SIGINT, handlers[1])
-        self.cluster.start()
-
-    @property
-    def alive(self) -> bool:
-        return bool(self.cluster and self.cluster.sentinel and self.cluster.sentinel.is_alive())
-
-    def stop(self, wait: float = 60.0) -> None:
-        """Stop gracefully (workers finish their current task), forcing it after ``wait`` seconds."""
-        if not self.alive:
-            return
-        stopper = threading.Thread(target=self.cluster.stop, daemon=True)
-        stopper.start()
-        stopper.join(wait)
-        if self.alive:
-            self.kill()
-
-    def pids(self) -> list[int]:
-        """The cluster's processes: its sentinel and the workers, pusher and monitor under it."""
-        if not (self.cluster and self.cluster.sentinel and self.cluster.sentinel.pid):
-            return []
-        sentinel = self.cluster.sentinel.pid
-        return [sentinel, *_children_of(sentinel)]
-
-    def kill(self) -> None:
-        pids = self.pids()
-        if not pids:
-            return  # no sentinel was started
-        sentinel, *processes = pids
-        for pid in [*processes, sentinel]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.cluster.sentinel.join(5)
-
-
 class Worker:
     """Runs until told to stop (SIGTERM or SIGINT; a second one forces) or ``max_seconds`` pass."""
 
     def __init__(self, *, workers: int | None = None, max_seconds: float | None = None,
                  run_cluster: bool = True, probe_interval: float | None = None):
         self.max_seconds = max_seconds
-        self.cluster = ClusterProcess(workers) if run_cluster else None
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.cluster = ClusterWatch(self.worker_id, workers, probe_interval) if run_cluster else None
         self.stop_event = threading.Event()
         self.signals = 0
-        self.probe_interval = probe_interval
         self.started = time.monotonic()
         self._last_sweep = 0.0
-        self._last_probe = 0.0
-        # The probe of the cluster that has not been answered yet: when it was first asked for, and
-        # whether it reached the queue (asking writes to the database, which may be what is stuck).
-        self._probe_sent = None
-        self._probe_delivered = False
         self._last_purge = 0.0
         self._purger: threading.Thread | None = None
         # The cron schedules of the workflows of this process, and the next wake time as last read with
         # the monotonic time of the reading (None: read it again), which a wake-up for a schedule alone
         # does not read again while the watcher reports no change.
         self.scheduler = Scheduler()
-        self._wake_read: tuple[object, float] | None = None
+        self._wake_read: tuple[datetime | None, float] | None = None
         self.wake_watcher: changes.ChangeWatcher = changes.ChangeWatcher(workflow_settings.WAKE_INTERVAL)
 
     # Signals.
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
         if self.signals == 1:
             logger.info("Stopping after the current replays (signal %s again to force).", signum)
@@ -300,7 +177,7 @@ class Worker:
                 interval = min(interval, (moment - clock.now()).total_seconds())
         return max(0.0, interval)
 
-    def next_wake(self, now, interval: float, reuse: bool):
+    def next_wake(self, now: datetime, interval: float, reuse: bool) -> datetime | None:
         """The earliest wake time (one indexed query). A wake-up for a schedule alone (``reuse``) takes the
         last reading instead, if it is younger than ``interval``, still ahead, and the watcher reported
         no change since: so a due slot costs the loop no statement of its own."""
@@ -318,7 +195,7 @@ class Worker:
             # transaction holds SQLite's write lock, every write of the sweep fails with "database is
             # locked", and the cluster must still be seen to be wedged and restarted, which ends it.
             try:
-                self.watch_cluster(clock.now())
+                self.cluster.look(clock.now())
             except Exception:
                 logger.exception("Could not watch the django-q2 cluster; trying again at the next sweep.")
         # The first sweep runs as the worker starts: the replays that its host's killed processes
@@ -355,88 +232,8 @@ class Worker:
             # thread would not reuse it anyway).
             connections.close_all()
 
-    def watch_cluster(self, now) -> None:
-        """Restart the django-q2 cluster if its sentinel died, or if it stopped taking tasks.
 
-        Every so often the cluster is sent a probe, a task that notes its answer on this worker's
-        heartbeat. The probe is remembered here, in this process, from the moment it is asked for:
-        sending it writes to the database (the heartbeat, and the queue on the ORM broker), and a
-        cluster wedged inside a write transaction on SQLite makes those writes fail, so a probe that
-        could not even be sent counts as unanswered too, and is sent again at the next look.
-        """
-        assert self.cluster is not None  # watched only with a cluster (sweep_and_beat)
-        if not self.cluster.alive:
-            logger.error("The django-q2 cluster is gone; starting it again.")
-            self.restart_cluster()
-            return
-        wedge = workflow_settings.WEDGE_SECONDS
-        if self._probe_sent is not None and self._probe_delivered:
-            answered = WorkerHeartbeat.objects.filter(worker_id=self.worker_id).values_list(
-                "probe_answered_at", flat=True).first()
-            if answered is not None and answered >= self._probe_sent:
-                self._probe_sent = None
-        if self._probe_sent is not None and now - self._probe_sent > timedelta(seconds=wedge):
-            if not self.cluster_progressing(self._probe_sent, now):
-                logger.error("The django-q2 cluster took no task for %s s, and none of its workers is "
-                             "inside a replay; restarting it.", wedge)
-                self.restart_cluster(wedged=True)
-                return
-        probe_interval = self.probe_interval or wedge / 4
-        if self._probe_sent is None and time.monotonic() - self._last_probe >= probe_interval:
-            self._last_probe = time.monotonic()
-            self._probe_sent, self._probe_delivered = now, False
-        if self._probe_sent is not None and not self._probe_delivered:
-            from django_workflows.executors.q2 import DjangoQExecutor
-
-            WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(probe_sent_at=self._probe_sent)
-            DjangoQExecutor().enqueue_probe(self.worker_id)
-            self._probe_delivered = True
-
-    def cluster_progressing(self, since, now) -> bool:
-        """Whether the cluster, though its probe is unanswered, is busy rather than wedged.
-
-        Busy is what a replay does, not what a column says: one of the cluster's processes is inside a
-        step body that runs within its timeout (its lease keeper, renewing the lease from inside the body,
-        marks ``progressed_at``, at least once a ``LEASE_SECONDS``), or replays took or gave back leases
-        since the probe was sent (the probe waits in the queue behind a backlog). A cluster whose every
-        worker is inside a ten-minute step answers the probe only when one of them is free, and must not
-        be killed for it. A live lease alone is not enough: a worker hung outside any step (at its exit,
-        on a lock of the task queue) may go on renewing one, and its cluster takes no task.
-        """
-        assert self.cluster is not None  # asked only with a cluster (watch_cluster)
-        leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
-        owners = [f"{leases.this_host()}:{pid}:" for pid in self.cluster.pids()]
-        if owners:
-            holding = Q()
-            for owner in owners:
-                holding |= Q(lease_owner__startswith=owner)
-            inside_a_step = Instance.objects.filter(
-                holding, status__in=leased, lease_expires_at__gte=now,
-                progressed_at__gte=now - timedelta(seconds=workflow_settings.LEASE_SECONDS),
-            )
-            if inside_a_step.exists():
-                return True
-        # A replay that took or gave back a lease since (both write updated_at): the queue moves.
-        return Instance.objects.filter(updated_at__gte=since).exclude(status=InstanceStatus.QUEUED).exists()
-
-    def restart_cluster(self, wedged: bool = False) -> None:
-        # A wedged cluster cannot stop gracefully (its workers would finish their current task, and
-        # that task is what is stuck): it is killed at once, as a crash would end it. The replays it
-        # held resume elsewhere when their leases are reclaimed.
-        assert self.cluster is not None  # restarted only with a cluster (watch_cluster)
-        if wedged:
-            self.cluster.kill()
-        else:
-            self.cluster.stop(wait=10)
-        self.cluster.start()
-        self._probe_sent, self._probe_delivered = None, False
-        self._last_probe = time.monotonic()
-        WorkerHeartbeat.objects.filter(worker_id=self.worker_id).update(
-            cluster_restarts=F("cluster_restarts") + 1, probe_sent_at=None, probe_answered_at=None
-        )
-
-
-def health(max_age: float | None = None) -> dict:
+def health(max_age: float | None = None) -> dict[str, Any]:
     """The heartbeats of live workers, and whether any is fresh enough: for a health endpoint or probe."""
     max_age = workflow_settings.HEARTBEAT_STALE_SECONDS if max_age is None else max_age
     cutoff = clock.now() - timedelta(seconds=max_age)

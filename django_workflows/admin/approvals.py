@@ -6,7 +6,9 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.http import require_POST
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
@@ -54,14 +56,9 @@ class ApprovalQueue(PageMixin):
         )
         return TemplateResponse(request, "django_workflows/admin/approvals.html", context)
 
-    def decide_view(self, request, object_id):
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.can_send_events(request):
-            raise PermissionDenied
-        instance = self._instance_or_404(request, object_id)
-        if not self.can_send_events(request, instance):
-            raise PermissionDenied
+    @method_decorator(require_POST)
+    def decide_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        instance = self._posted_instance(request, object_id, self.can_send_events)
         form = DecisionForm(request.POST)
         if not form.is_valid():
             self._form_errors(request, form)

@@ -3,12 +3,13 @@ context of a page of its own, and the path of every button (POST only, through t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import BadRequest
-from django.http import Http404, HttpResponseRedirect
+from django.core.exceptions import BadRequest, PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
@@ -73,7 +74,17 @@ class InstanceAdminBase(admin.ModelAdmin):
 
     # The buttons of the instance page and the approval queue: POST only, through the handle.
 
-    def _instance_or_404(self, request, object_id) -> Instance:
+    def _posted_instance(self, request: HttpRequest, object_id: str, may: Callable[..., bool]) -> Instance:
+        """The instance a button (a POST, ``require_POST``) acts on, once the user may press it: ``may`` (a
+        ``can_*`` of this class) asked of the model first, then of this instance (tenancy)."""
+        if not may(request):
+            raise PermissionDenied
+        instance = self._instance_or_404(request, object_id)
+        if not may(request, instance):
+            raise PermissionDenied
+        return instance
+
+    def _instance_or_404(self, request: HttpRequest, object_id: str) -> Instance:
         # The buttons act on what the admin shows: an instance the user may not see is missing, even
         # to a user who may send events (who would otherwise learn its status from the messages).
         visible = self.has_view_or_change_permission(request)

@@ -5,21 +5,18 @@ each discard recorded in the admin's history of the instance."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.exceptions import BadRequest, PermissionDenied
-from django.http import HttpResponseNotAllowed
+from django.core.exceptions import BadRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.http import require_POST
 
 from django_workflows.admin.base import PageMixin, handle_for
 
 
 class InboxDiscard(PageMixin):
-    def discard_events_view(self, request, object_id):
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.can_steer(request):
-            raise PermissionDenied
-        instance = self._instance_or_404(request, object_id)
-        if not self.can_steer(request, instance):  # tenancy: this instance, not only the model's permission
-            raise PermissionDenied
+    @method_decorator(require_POST)
+    def discard_events_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        instance = self._posted_instance(request, object_id, self.can_steer)
         event_id, sender = request.POST.get("event"), request.POST.get("sender")
         if event_id is not None:
             # ASCII digits only: int() would take "²" and " 7 ".

@@ -4,9 +4,10 @@ event. Nothing on it is a form Django saves: the page is read-only and every but
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.http import require_POST
 from django.urls import reverse
 
 from django_workflows import clock
@@ -192,14 +193,9 @@ class InstancePage(PageMixin):
             "cpu": human_milliseconds(data["cpu_ms"]) if data.get("cpu_ms") is not None else "",
         }
 
-    def send_event_view(self, request, object_id):
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.can_send_events(request):
-            raise PermissionDenied
-        instance = self._instance_or_404(request, object_id)
-        if not self.can_send_events(request, instance):
-            raise PermissionDenied
+    @method_decorator(require_POST)
+    def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        instance = self._posted_instance(request, object_id, self.can_send_events)
         form = SendEventForm(request.POST)
         if not form.is_valid():
             self._form_errors(request, form)

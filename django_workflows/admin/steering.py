@@ -4,24 +4,27 @@ done through the instance's handle, whose conditional update decides, and the ad
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseNotAllowed
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.views.decorators.http import require_POST
 from django.urls import reverse
 
 from django_workflows import access
 from django_workflows.admin.base import PageMixin, handle_for
 from django_workflows.errors import InvalidTransition, WorkflowError
-from django_workflows.models import Instance
-from django_workflows.transitions import TRANSITIONS, offered
+from django_workflows.models import Instance, InstanceQuerySet
+from django_workflows.transitions import TRANSITIONS, Transition, offered
 
 ROLLBACK_CONFIRM = ("Terminate this instance for good, after undoing its steps that declared an undo "
                     "(newest first)?")
 
 
-def steering_buttons(instance: Instance) -> list[dict]:
+def steering_buttons(instance: Instance) -> list[dict[str, Any]]:
     """The instance page's buttons: the changes an instance in its status accepts, and beside Terminate,
     Terminate and roll back (terminate(rollback=True))."""
     buttons: list[dict[str, Any]] = []
@@ -35,21 +38,30 @@ def steering_buttons(instance: Instance) -> list[dict]:
     return buttons
 
 
+def _bulk_action(transition: Transition) -> Callable[[Steering, HttpRequest, QuerySet[Instance]], None]:
+    """The list's action "<Button> selected instances", named ``<action>_selected`` in the form it posts."""
+
+    @admin.action(description=f"{transition.button} selected instances", permissions=["change"])
+    def steer_selected(model_admin: Steering, request: HttpRequest, queryset: QuerySet[Instance]) -> None:
+        # The list's queryset comes from the model's manager: an InstanceQuerySet.
+        model_admin.steer_selected(request, cast(InstanceQuerySet, queryset), transition.action)
+
+    steer_selected.__name__ = f"{transition.action}_selected"
+    return steer_selected
+
+
 class Steering(PageMixin):
     """The steer view behind the instance page's buttons, and the list's bulk actions."""
 
-    actions = ("pause_selected", "resume_selected", "terminate_selected", "restart_selected")
+    # One bulk action per steering change, in the table's order, so that the list offers what the
+    # handle accepts and nothing more.
+    actions = tuple(_bulk_action(transition) for transition in TRANSITIONS.values())
 
-    def steer_view(self, request, object_id, action):
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+    @method_decorator(require_POST)
+    def steer_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
         if action not in TRANSITIONS:
             raise Http404(f"No such action: {action!r}.")
-        if not self.can_steer(request):
-            raise PermissionDenied
-        instance = self._instance_or_404(request, object_id)
-        if not self.can_steer(request, instance):
-            raise PermissionDenied
+        instance = self._posted_instance(request, object_id, self.can_steer)
         from_step = request.POST.get("from_step") if action == "restart" else None
         rollback = action == "terminate" and request.POST.get("rollback") == "1"
         try:
@@ -59,7 +71,7 @@ class Steering(PageMixin):
                 count = request.POST.get("count", "1")
                 # ASCII digits only: "²".isdigit() is true and int("²") fails. Anything else goes on as
                 # text, for restart() to refuse with its message.
-                number = int(count) if count.isascii() and count.isdigit() else count
+                number = int(count) if count.isascii() and count.isdigit() else cast(int, count)
                 handle_for(instance).restart(from_step=from_step, count=number)
             else:
                 getattr(handle_for(instance), action)()
@@ -77,7 +89,7 @@ class Steering(PageMixin):
 
     # Bulk actions on the list.
 
-    def _steer_selected(self, request, queryset, action: str) -> None:
+    def steer_selected(self, request: HttpRequest, queryset: InstanceQuerySet, action: str) -> None:
         done, refused = [], []
         for instance in access.scope(queryset.for_steering(), request.user, access.STEER):
             try:
@@ -96,19 +108,3 @@ class Steering(PageMixin):
             )
         for reason in refused:
             self.message_user(request, f"Nothing changed: {reason}", messages.WARNING)
-
-    @admin.action(description="Pause selected instances", permissions=["change"])
-    def pause_selected(self, request, queryset):
-        self._steer_selected(request, queryset, "pause")
-
-    @admin.action(description="Resume selected instances", permissions=["change"])
-    def resume_selected(self, request, queryset):
-        self._steer_selected(request, queryset, "resume")
-
-    @admin.action(description="Terminate selected instances", permissions=["change"])
-    def terminate_selected(self, request, queryset):
-        self._steer_selected(request, queryset, "terminate")
-
-    @admin.action(description="Restart selected instances", permissions=["change"])
-    def restart_selected(self, request, queryset):
-        self._steer_selected(request, queryset, "restart")

@@ -14,32 +14,30 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from django_workflows.drawing.attempts import draw_attempts
+from django_workflows.drawing.layout import (
+    AXIS_HEIGHT,
+    BAR_HEIGHT,
+    EVENT_LANE,
+    LABEL_LINE,
+    LABEL_WIDTH,
+    PATCH_ROW_HEIGHT,
+    PLOT_WIDTH,
+    ROW_HEIGHT,
+    WIDTH,
+    bar,
+    diamond,
+)
 from django_workflows.drawing.svg import Canvas, Drawing, fit
 from django_workflows.drawing.time_axis import (
     TEXT_CHAR,
     TimeAxis,
     human_duration,
-    human_milliseconds,
     tick_label,
 )
 
 # human_duration and tick_label are the axis's; they may still be imported from here.
 __all__ = ["Timeline", "human_duration", "render_timeline", "tick_label"]
-
-LABEL_WIDTH = 270
-PLOT_WIDTH = 790
-RIGHT_MARGIN = 40
-WIDTH = LABEL_WIDTH + PLOT_WIDTH + RIGHT_MARGIN
-AXIS_HEIGHT = 38
-ROW_HEIGHT = 28
-BAR_HEIGHT = 12
-# A wait's row grows by a line when the label of the event that ended it has no room beside the bar.
-LABEL_LINE = 14
-EVENT_LANE = 46
-# A step.patched marker is not a step: a thin row, a tick where run() took the patched code.
-PATCH_ROW_HEIGHT = 16
-MIN_BAR = 4
-
 
 def _step_moments(step: dict) -> tuple[list[datetime], list[datetime]]:
     """The moments of a step that have happened (starts, ends), and those it plans (the end of a
@@ -52,10 +50,6 @@ def _step_moments(step: dict) -> tuple[list[datetime], list[datetime]]:
     deadline = step.get("deadline") if step.get("status") != "succeeded" else None
     planned = [step.get("until"), deadline, step.get("next_attempt")]
     return [m for m in happened if m is not None], [m for m in planned if m is not None]
-
-
-def _bar(canvas: Canvas, x1: float, x2: float, y: float, css: str, title: str, height: float = BAR_HEIGHT):
-    canvas.rect(x1, y - height / 2, max(x2 - x1, MIN_BAR), height, rx=3, class_=css, title=title)
 
 
 class Timeline:
@@ -198,7 +192,7 @@ class Timeline:
             class_=f"dw-row-status dw-row-status-{step['status']}",
         )
         if kind == "do":
-            self.do_row(canvas, step, middle)
+            draw_attempts(canvas, step, middle, self.scale.x, self.at)
         elif kind == "sleep":
             self.sleep_row(canvas, step, middle)
         else:
@@ -216,95 +210,17 @@ class Timeline:
         x = self.scale.x(step["start"])
         canvas.line(x, top + 3, x, bottom - 3, class_="dw-patch-mark", title=f"{step['key']}: {self.at(step['start'])}")
 
-    def do_row(self, canvas: Canvas, step: dict, y: float) -> None:
-        x = self.scale.x
-        attempts = step.get("attempts") or []
-        if not attempts:
-            start, end = step["start"], step.get("end") or step["start"]
-            _bar(canvas, x(start), x(end), y, "dw-bar dw-bar-do", f"{step['key']}: {self.at(start)}")
-        previous_end = None
-        for attempt in attempts:
-            start, end = attempt["start"], attempt["end"]
-            if previous_end is not None:
-                canvas.line(
-                    x(previous_end),
-                    y,
-                    x(start),
-                    y,
-                    class_="dw-retry-gap",
-                    title=f"retry delay {human_duration((start - previous_end).total_seconds())}",
-                )
-            outcome = "succeeded" if attempt.get("success") else "failed"
-            title = (
-                f"{step['key']} attempt {attempt.get('attempt')}: {outcome} after "
-                f"{human_duration((end - start).total_seconds())}, at {self.at(start)}"
-            )
-            if attempt.get("cpu_ms") is not None:
-                title += f" · CPU {human_milliseconds(attempt['cpu_ms'])}"
-            error = attempt.get("error")
-            if error:
-                title += f" · {error.get('name')}: {error.get('message')}"
-            _bar(
-                canvas,
-                x(start),
-                x(end),
-                y,
-                "dw-bar " + ("dw-attempt-ok" if attempt.get("success") else "dw-attempt-failed"),
-                title,
-            )
-            previous_end = end
-        next_attempt = step.get("next_attempt")
-        self.cpu_label(canvas, step, y, attempts, next_attempt)
-        if next_attempt is not None and previous_end is not None:
-            canvas.line(
-                x(previous_end),
-                y,
-                x(next_attempt),
-                y,
-                class_="dw-retry-gap",
-                title=f"retry delay until {self.at(next_attempt)}",
-            )
-            canvas.element(
-                "circle",
-                cx=x(next_attempt),
-                cy=y,
-                r=4,
-                class_="dw-next-attempt",
-                title=f"next attempt at {self.at(next_attempt)}",
-            )
-
-    def cpu_label(self, canvas: Canvas, step: dict, y: float, attempts: list, next_attempt) -> None:
-        """The CPU time of a step.do's attempts, written beside its bars: right of the last (or of the
-        next attempt's mark) where there is room, else left of the first; never over a bar."""
-        cpu = step.get("cpu_ms")
-        if cpu is None or not attempts:
-            return
-        text = f"CPU {human_milliseconds(cpu)}"
-        title = f"{step['key']}: CPU time of its {len(attempts)} attempt{'s' * (len(attempts) > 1)}"
-        if step.get("wall_ms") is not None:
-            title += f", which took {human_milliseconds(step['wall_ms'])} end to end"
-        width = len(text) * TEXT_CHAR
-        x = self.scale.x
-        right = max(x(attempts[-1]["end"]), x(attempts[-1]["start"]) + MIN_BAR)
-        if next_attempt is not None:
-            right = max(right, x(next_attempt) + 4)
-        left = x(attempts[0]["start"])
-        if right + 6 + width <= WIDTH - 4:
-            canvas.text(right + 6, y + 4, text, class_="dw-cpu-text", title=title)
-        elif left - 6 - width >= LABEL_WIDTH:
-            canvas.text(left - 6, y + 4, text, class_="dw-cpu-text", text_anchor="end", title=title)
-
     def sleep_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x
         start, until = step["start"], step.get("until") or step["start"]
         length = human_duration((until - start).total_seconds())
         title = f"{step['key']}: sleeps from {self.at(start)} until {self.at(until)} ({length})"
         if step["status"] == "succeeded" or self.now is None:
-            _bar(canvas, x(start), x(until), y, "dw-bar dw-bar-sleep", title)
+            bar(canvas, x(start), x(until), y, "dw-bar dw-bar-sleep", title)
             return
         reached = min(max(self.now, start), until)
-        _bar(canvas, x(start), x(reached), y, "dw-bar dw-bar-sleep", title)
-        _bar(canvas, x(reached), x(until), y, "dw-bar dw-bar-sleep dw-bar-ahead", title)
+        bar(canvas, x(start), x(reached), y, "dw-bar dw-bar-sleep", title)
+        bar(canvas, x(reached), x(until), y, "dw-bar dw-bar-sleep dw-bar-ahead", title)
 
     def wait_row(self, canvas: Canvas, step: dict, y: float) -> None:
         x = self.scale.x
@@ -314,7 +230,7 @@ class Timeline:
             received = self.sender_by_step.get(step["key"])
             sender = received["sender"] if received and received.get("sender") else "unknown sender"
             event_type = (step.get("output") or {}).get("type", types)
-            _bar(
+            bar(
                 canvas,
                 x(start),
                 x(end),
@@ -323,7 +239,7 @@ class Timeline:
                 f"{step['key']}: waited for {types} from {self.at(start)}; "
                 f"{event_type} arrived from {sender}",
             )
-            self.diamond(
+            diamond(
                 canvas,
                 x(end),
                 y,
@@ -339,7 +255,7 @@ class Timeline:
                 canvas.text(label_x, y + BAR_HEIGHT / 2 + 12, text, class_="dw-event-text", text_anchor="end")
         elif step["status"] == "failed":
             end = end or deadline or start
-            _bar(
+            bar(
                 canvas,
                 x(start),
                 x(end),
@@ -349,7 +265,7 @@ class Timeline:
             )
         else:
             reached = min(max(self.now or start, start), deadline or start)
-            _bar(
+            bar(
                 canvas,
                 x(start),
                 x(reached),
@@ -358,7 +274,7 @@ class Timeline:
                 f"{step['key']}: waiting for {types} since {self.at(start)}",
             )
             if deadline is not None:
-                _bar(
+                bar(
                     canvas,
                     x(reached),
                     x(deadline),
@@ -376,14 +292,6 @@ class Timeline:
                 title=f"deadline of {step['key']}: {self.at(deadline)}",
             )
 
-    def diamond(self, canvas: Canvas, cx: float, cy: float, css: str, title: str, size: float = 6) -> None:
-        canvas.path(
-            f"M{cx:.1f},{cy - size:.1f} L{cx + size:.1f},{cy:.1f} L{cx:.1f},{cy + size:.1f} "
-            f"L{cx - size:.1f},{cy:.1f} Z",
-            class_=css,
-            title=title,
-        )
-
     def event_lane(self, canvas: Canvas, top: float) -> None:
         canvas.rect(0, top, WIDTH, EVENT_LANE, class_="dw-row dw-event-lane")
         canvas.text(26, top + 20, "events received", class_="dw-row-label")
@@ -397,7 +305,7 @@ class Timeline:
             title = f"{event['type']} from {sender}, received {self.at(received)}; " + (
                 f"consumed by {consumed}" if consumed else "buffered: no wait has taken it yet"
             )
-            self.diamond(
+            diamond(
                 canvas,
                 cx,
                 top + 15,

@@ -17,7 +17,7 @@ from django_workflows import clock, options
 from django_workflows.conf import workflow_settings
 from django_workflows.executors import enqueue_many
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.store import leases
+from django_workflows.store import holders, leases
 from django_workflows.store.retention import purge_finished
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def reclaim_dead_leases(now: datetime | None = None) -> int:
     well, so that a replay of the holder that somehow still runs is fenced at its next write.
     Leases of other hosts are left to expire: their processes cannot be seen from here.
     """
-    host = leases.this_host()
+    host = holders.this_host()
     if "/" not in host:
         return 0  # no /proc: no process of ours can be judged gone
     leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
@@ -163,7 +163,7 @@ def reclaim_dead_leases(now: datetime | None = None) -> int:
     )
     dead = []
     for owner in sorted(owners):
-        holder = leases.Holder.parse(owner)
+        holder = holders.Holder.parse(owner)
         if holder is not None and holder.host == host and holder.is_gone():
             dead.append(owner)
     if not dead:

@@ -11,28 +11,29 @@ the replay learns of a ``pause()`` without another query.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings
-from django.db import DatabaseError, connections, router, transaction
+from django.db import connections, router, transaction
 
-from django_workflows import clock, rows
-from django_workflows.control_flow import Fenced, StoreError
+from django_workflows import clock
+from django_workflows.control_flow import Fenced
 from django_workflows.models import Event, Instance, InstanceStatus, Step
 from django_workflows.store import children, steering
+# The engine's modules import Entry and load from this module; kept so while they are restructured
+# (issue 32).
+from django_workflows.store.journal_entries import Entry as Entry
+from django_workflows.store.journal_entries import engine_statements
+from django_workflows.store.journal_entries import load as load
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.utils import CursorWrapper
 
-    from django_workflows.store.leases import Lease
-
-# Decodes a journal row's attempts, error, wake_at and started_at (rows.RowReader.decode).
-DetailDecoder = Callable[[Sequence[Any]], Iterable[Any]]
+    from django_workflows.store.lease_keeper import Lease
 
 
 @dataclass(frozen=True)
@@ -57,91 +58,6 @@ class Costs(NamedTuple):
 
     cpu_ms: float
     step_wall_ms: float
-
-
-class Entry:
-    """One journaled step as the replay sees it.
-
-    A replay of a long journal mostly needs each step's kind, status and result;
-    its attempts, error and times are decoded on first use, so loading 10,000
-    steps does not decode 40,000 values it will never look at.
-    """
-
-    __slots__ = ("id", "kind", "status", "result", "settled_in", "_details", "_decode")
-
-    def __init__(self, id: int, kind: str, status: str, attempts: list[dict[str, Any]], result: Any,  # noqa: A002
-                 error: dict[str, Any] | None, wake_at: datetime | None, started_at: datetime,
-                 settled_in: int | None = None):
-        self.id, self.kind, self.status, self.result = id, kind, status, result
-        self.settled_in = settled_in
-        self._details: Sequence[Any] = (attempts, error, wake_at, started_at)
-        self._decode: DetailDecoder | None = None
-
-    @classmethod
-    def from_row(cls, row: Sequence[Any], decode_details: DetailDecoder) -> Entry:
-        """From a row of ``_JOURNAL_COLUMNS``; ``decode_details`` decodes the rest when asked."""
-        entry = cls.__new__(cls)
-        entry.id, entry.kind, entry.status = row[1], row[2], row[3]
-        entry.result = None if row[5] is None else json.loads(row[5])
-        entry.settled_in = row[9]
-        entry._details = (row[4], row[6], row[7], row[8])
-        entry._decode = decode_details
-        return entry
-
-    def _detail(self, index: int) -> Any:
-        if self._decode is not None:
-            self._details, self._decode = tuple(self._decode(self._details)), None
-        return self._details[index]
-
-    # Decoded by the fields' converters (JSON text, datetimes) as the ORM would: of the fields' types.
-    @property
-    def attempts(self) -> list[dict[str, Any]]:
-        return cast("list[dict[str, Any]]", self._detail(0))
-
-    @property
-    def error(self) -> dict[str, Any] | None:
-        return cast("dict[str, Any] | None", self._detail(1))
-
-    @property
-    def wake_at(self) -> datetime | None:
-        return cast("datetime | None", self._detail(2))
-
-    @property
-    def started_at(self) -> datetime:
-        return cast(datetime, self._detail(3))
-
-
-@contextmanager
-def engine_statements() -> Iterator[None]:
-    """Turn a database error in the engine's own statements into ``StoreError``."""
-    try:
-        yield
-    except DatabaseError as exc:
-        raise StoreError(f"{type(exc).__name__}: {exc}") from exc
-
-
-_JOURNAL_COLUMNS = ("key", "id", "kind", "status", "attempts", "result", "error", "wake_at", "started_at",
-                    "settled_in")
-_DETAIL_COLUMNS = ("attempts", "error", "wake_at", "started_at")
-
-
-def load(instance_pk: int) -> dict[str, Entry]:
-    """The instance's whole journal, by step key, in one query."""
-    connection = connections[router.db_for_read(Step)]
-    ops = connection.ops
-    sql = (
-        f"SELECT {', '.join(ops.quote_name(c) for c in _JOURNAL_COLUMNS)} "
-        f"FROM {ops.quote_name(Step._meta.db_table)} WHERE instance_id = %s"
-    )
-    details = rows.reader(connection, Step, _DETAIL_COLUMNS)
-
-    def decode_details(values: Sequence[Any]) -> list[Any]:
-        return details.decode(values, connection)
-
-    with engine_statements(), connection.cursor() as cursor:
-        cursor.execute(sql, [instance_pk])
-        fetched = cursor.fetchall()
-    return {row[0]: Entry.from_row(row, decode_details) for row in fetched}
 
 
 _JSON_COLUMNS = {"attempts", "config", "result", "error"}
@@ -170,7 +86,7 @@ class JournalWriter:
     def __init__(self, instance_pk: int, epoch: int):
         self.instance_pk = instance_pk
         self.epoch = epoch
-        # The replay's leases.Lease, once held: a lapsed or lost lease fences the next write.
+        # The replay's lease_keeper.Lease, once held: a lapsed or lost lease fences the next write.
         self.lease: Lease | None = None
         # Once a write or a check of this replay is fenced, it stays fenced: user code may swallow the
         # Fenced raised (an ``except BaseException:`` around a step), and nothing it does after may run

@@ -604,6 +604,16 @@ def test_bulk_actions_on_the_list(workflows_env, admin_client):
     assert [status_of(i) for i in (first, done)] == ["queued", "queued"]
 
 
+
+def test_the_list_offers_one_bulk_action_per_steering_change(admin_client):
+    from django_workflows.transitions import TRANSITIONS
+
+    choices = admin_client.get(LIST_URL).context["action_form"].fields["action"].choices
+    offered = [(name, str(label)) for name, label in choices if name.endswith("_selected")]
+    assert offered == [(f"{action}_selected", f"{transition.button} selected instances")
+                       for action, transition in TRANSITIONS.items()]
+
+
 # Permissions and CSRF.
 
 

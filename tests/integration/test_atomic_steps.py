@@ -13,7 +13,7 @@ from django.db import connections
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.models import Step
-from django_workflows.store.leases import keeper
+from django_workflows.store.lease_keeper import keeper
 from tests.testapp.models import SideEffect
 
 # How each test's body behaves on each attempt: {"fail": attempts that raise, "hang": attempts that

@@ -84,7 +84,7 @@ class FrozenBeforeItsEnd(WorkflowEntrypoint):
 @pytest.mark.parametrize("pause", [True, False])
 def test_a_replay_frozen_past_its_lease_cannot_undo_what_the_sweeper_did(workflows_env, frozen_replay, pause):
     from django_workflows.conf import workflow_settings
-    from django_workflows.store.leases import keeper
+    from django_workflows.store.lease_keeper import keeper
 
     instance = workflows.get("frozen-before-its-end").create()
 
@@ -273,7 +273,7 @@ def test_the_lease_keeper_renews_a_held_lease(settings):
     import time
 
     from django_workflows import clock
-    from django_workflows.store.leases import keeper
+    from django_workflows.store.lease_keeper import keeper
 
     settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1}
     instance = workflows.get("three-steps").create.__self__._new_instance("leased", {})

@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
-from django_workflows import workflows
+from django_workflows import processes, workflows
 from django_workflows.models import Event, Instance, Step, StepKind, WorkerHeartbeat
 from tests.testapp.chaos import (
     EVENT_TYPE,
@@ -87,18 +87,8 @@ START_GRACE_SECONDS = 15.0
 
 def process_table() -> dict[int, tuple[int, int]]:
     """{pid: (parent pid, session id)} of every live process, from /proc; zombies left out."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] not in ("Z", "X"):
-            table[int(entry)] = (int(fields[1]), int(fields[3]))
-    return table
+    return {pid: (int(fields[processes.PARENT]), int(fields[processes.SESSION]))
+            for pid, fields in processes.process_table().items() if fields[processes.STATE] not in processes.EXITED}
 
 
 def session_of(command_pid: int, table) -> set[int]:
@@ -152,24 +142,24 @@ class ProcessWatch:
 
     def poll(self) -> None:
         now = time.time()
-        present = {int(entry) for entry in os.listdir("/proc") if entry.isdigit()}
+        present = set(processes.process_ids())
         self.foreign &= present  # a pid that ended may come back as one of ours
         for pid in present - self.foreign:
             life = self.lives.get(pid)
             if life is not None and life.gone is not None:
                 continue
             try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                fields = processes.stat_fields(pid)
             except OSError:
                 continue
-            if int(fields[3]) not in self.sessions:
-                if pid != int(fields[3]):  # a command just started may not be in sessions yet
+            session = int(fields[processes.SESSION])
+            if session not in self.sessions:
+                if pid != session:  # a command just started may not be in sessions yet
                     self.foreign.add(pid)
                 continue
             if life is None:
                 life = self.lives[pid] = Life("", now, now)
-            if fields[0] in ("Z", "X"):
+            if fields[processes.STATE] in processes.EXITED:
                 life.gone = now
             else:
                 life.last = now

@@ -29,7 +29,7 @@ from django_workflows import WorkflowEntrypoint, clock, workflows
 from django_workflows.definition import registry
 from django_workflows.models import Instance, Step
 from django_workflows.replay import replay
-from django_workflows.store import leases
+from django_workflows.store import lease_keeper
 from tests.workers import ROOT, wait_for, wait_status
 
 
@@ -234,7 +234,7 @@ def test_a_renewal_that_finds_the_epoch_moved_stops_the_replay_before_its_next_s
     def taken_over():
         # Another worker took the lease over (or the instance was restarted): the epoch moved on.
         Instance.objects.filter(pk=instance.pk).update(epoch=F("epoch") + 1)
-        wait_for(lambda: any(lease.lost for lease in list(leases.keeper._held.values())), 5,
+        wait_for(lambda: any(lease.lost for lease in list(lease_keeper.keeper._held.values())), 5,
                  message="a renewal to find the epoch moved")
 
     between.append(taken_over)

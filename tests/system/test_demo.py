@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from examples.workflows import OrderFulfilment
 
+from django_workflows import processes
+
 # CI's Django 6 pass runs this file: the demo is the running Django's migrate and runserver, and signals.
 pytestmark = pytest.mark.django_version
 
@@ -64,24 +66,16 @@ def free_port() -> int:
 def start_time(pid: int) -> str | None:
     """The process's start time (so a reused pid is not mistaken for it), or None once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
+        fields = processes.stat_fields(pid)
     except OSError:
         return None
-    return None if fields[0] == "Z" else fields[19]  # a zombie has exited: only its exit code is left
+    # A zombie has exited: only its exit code is left.
+    return None if fields[processes.STATE] in processes.EXITED else fields[processes.START_TICKS]
 
 
 def parents() -> dict[int, int]:
     """{pid: parent pid} of every process."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    found[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-    return found
+    return {pid: int(fields[processes.PARENT]) for pid, fields in processes.process_table().items()}
 
 
 def descendants(pid: int) -> dict[int, str]:

@@ -14,10 +14,10 @@ from datetime import timedelta
 
 import pytest
 
-from django_workflows import clock, workflows
+from django_workflows import clock, processes, workflows
 from django_workflows.control_flow import Fenced
 from django_workflows.models import Instance, WorkerHeartbeat
-from django_workflows.store import leases
+from django_workflows.store import holders
 from django_workflows.store.dispatch import reclaim_dead_leases
 from django_workflows.store.journal import JournalWriter
 from tests.testapp.models import SideEffect
@@ -26,15 +26,15 @@ from tests.workers import wait_for, wait_status
 LONG_LEASE = {"LEASE_SECONDS": 60}
 
 
-def dead_holder() -> leases.Holder:
+def dead_holder() -> holders.Holder:
     """A holder of this host whose process ran and exited (and was reaped)."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        start = leases._stat_fields(child.pid)[19]
+        start = processes.stat_fields(child.pid)[processes.START_TICKS]
     finally:
         child.kill()
         child.wait()
-    return leases.Holder(leases.this_host(), child.pid, start, 1)
+    return holders.Holder(holders.this_host(), child.pid, start, 1)
 
 
 def lease(instance, holder, *, status: str = "running") -> None:
@@ -68,7 +68,7 @@ def test_a_worker_restarted_after_sigkill_resumes_the_interrupted_instance_at_on
     marker = tmp_path / "victim.pid"
     instance = workflows.get("crashable").create(id="reclaim-1", params={"marker": str(marker)})
     victim = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step"))
-    assert leases.Holder.parse(Instance.objects.get(pk=instance.pk).lease_owner).pid == victim
+    assert holders.Holder.parse(Instance.objects.get(pk=instance.pk).lease_owner).pid == victim
     first.kill_all()
 
     restarted = time.monotonic()
@@ -84,7 +84,7 @@ def test_a_worker_restarted_after_sigkill_resumes_the_interrupted_instance_at_on
 def test_leases_of_other_hosts_are_left_to_expire(start_worker):
     hostname = socket.gethostname()
     gone = dead_holder()
-    _, boot, namespace = leases.this_host().split("/")
+    _, boot, namespace = holders.this_host().split("/")
     elsewhere = {
         "another host name": dataclasses.replace(gone, host=f"not-{hostname}/{boot}/{namespace}"),
         # Containers sharing the host name (host networking) each see their own process ids.
@@ -111,15 +111,15 @@ def test_leases_of_other_hosts_are_left_to_expire(start_worker):
 def test_the_lease_of_a_live_process_is_not_reclaimed(start_worker):
     quick = workflows.get("quick")
     live = quick.create(id="live")
-    lease(live, leases.holder())  # this test's own process, running
+    lease(live, holders.holder())  # this test's own process, running
     # The same process id with another start time: the id was given to this process since.
     reused = quick.create(id="reused")
-    lease(reused, dataclasses.replace(leases.holder(), start="1"))
+    lease(reused, dataclasses.replace(holders.holder(), start="1"))
 
     start_worker(settings=LONG_LEASE)
     wait_status(reused, "complete", 10)
     two_more_sweeps()
-    assert held_by(live) == ("running", str(leases.holder()), 0)
+    assert held_by(live) == ("running", str(holders.holder()), 0)
 
 
 def test_a_reclaimed_lease_is_requeued_as_the_sweeper_does_and_its_holder_fenced(workflows_env):
@@ -130,14 +130,14 @@ def test_a_reclaimed_lease_is_requeued_as_the_sweeper_does_and_its_holder_fenced
     gone = dead_holder()
     lease(running, gone)
     lease(pausing, dataclasses.replace(gone, thread=2), status="waitingForPause")
-    lease(alive, leases.holder())
+    lease(alive, holders.holder())
 
     assert reclaim_dead_leases() == 1
     row = Instance.objects.get(pk=running.pk)
     assert (row.status, row.crash_count, row.lease_owner, row.lease_expires_at) == ("queued", 1, "", None)
     assert row.epoch == 2
     assert Instance.objects.get(pk=pausing.pk).status == "paused"
-    assert held_by(alive) == ("running", str(leases.holder()), 0)
+    assert held_by(alive) == ("running", str(holders.holder()), 0)
     assert list(workflows_env.executor.queue) == [running.pk]
     # Should the dead holder's replay still be running somewhere, its next write is refused.
     with pytest.raises(Fenced):

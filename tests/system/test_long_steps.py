@@ -77,7 +77,7 @@ def test_a_long_step_whose_worker_keeps_dying_is_not_parked_as_poison(start_work
     import signal
     import time
 
-    from django_workflows.store.leases import Holder
+    from django_workflows.store.holders import Holder
 
     start_worker(workers=1)
     instance = workflows.get("long-step").create(id="killed", params={"seconds": 6})

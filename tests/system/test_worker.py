@@ -10,9 +10,8 @@ from statistics import median
 import pytest
 from django.db import connection
 
-from django_workflows import workflows
+from django_workflows import processes, workflows
 from django_workflows.models import Event, Instance, Step, WorkerHeartbeat
-from django_workflows.worker import _children_of
 from tests.testapp.models import ReplayAudit, SideEffect
 from tests.workers import assert_naps_resume_on_time, wait_for, wait_status
 
@@ -184,8 +183,8 @@ def test_the_worker_restarts_a_wedged_cluster(start_worker):
 
     def cluster_processes():
         # The sentinel is the command's child with the workers, pusher and monitor under it.
-        for child in _children_of(worker.pid):
-            grandchildren = _children_of(child)
+        for child in processes.children_of(worker.pid):
+            grandchildren = processes.children_of(child)
             if len(grandchildren) >= 3:
                 return grandchildren
         return None
@@ -210,8 +209,8 @@ def test_the_worker_restarts_a_cluster_wedged_inside_a_write_transaction(start_w
     marker = tmp_path / "holder.pid"
     holder = workflows.get("holds-the-lock").create(id="holder", params={"marker": str(marker)})
     pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the step to hold its lock"))
-    sentinel = next(child for child in _children_of(worker.pid) if pid in _children_of(child))
-    for process in [sentinel, *_children_of(sentinel)]:
+    sentinel = next(child for child in processes.children_of(worker.pid) if pid in processes.children_of(child))
+    for process in [sentinel, *processes.children_of(sentinel)]:
         os.kill(process, signal.SIGSTOP)
     # Each of the worker's writes waits 5 s for the lock before it fails: the restart takes a few of them.
     wait_for(lambda: WorkerHeartbeat.objects.filter(cluster_restarts__gte=1).exists(), 120,
@@ -227,8 +226,8 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
 
     def cluster():
         # The sentinel and the two workers, the monitor and the pusher under it (started last).
-        for child in _children_of(worker.pid):
-            grandchildren = _children_of(child)
+        for child in processes.children_of(worker.pid):
+            grandchildren = processes.children_of(child)
             if len(grandchildren) >= 4:
                 time.sleep(0.5)  # the sentinel is past its start-up
                 return child, grandchildren
@@ -238,22 +237,21 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
         found = []
         for pid in pids:
             try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
-                        found.append(pid)
+                if processes.stat_fields(pid)[processes.STATE] not in processes.EXITED:
+                    found.append(pid)
             except OSError:
                 pass
         return found
 
     try:
-        sentinel, processes = wait_for(cluster, 20, message="the cluster's processes")
+        sentinel, under_it = wait_for(cluster, 20, message="the cluster's processes")
         os.kill(sentinel, signal.SIGKILL)
         # Left running, they would go on taking replays beside the cluster started in their place.
-        wait_for(lambda: not alive(processes), 5, message="the dead sentinel's processes to die")
-        sentinel, processes = wait_for(lambda: (found := cluster()) and found[0] != sentinel and found, 20,
-                                       message="the cluster to be started again")
+        wait_for(lambda: not alive(under_it), 5, message="the dead sentinel's processes to die")
+        sentinel, under_it = wait_for(lambda: (found := cluster()) and found[0] != sentinel and found, 20,
+                                     message="the cluster to be started again")
         os.kill(worker.pid, signal.SIGKILL)
-        wait_for(lambda: not alive([sentinel, *processes]), 5, message="the dead command's cluster to die")
+        wait_for(lambda: not alive([sentinel, *under_it]), 5, message="the dead command's cluster to die")
     finally:
         try:  # whatever outlived its parent is still in the command's process group
             os.killpg(worker.pid, signal.SIGKILL)
@@ -262,6 +260,7 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
 
 
 def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypatch, settings):
+    from django_workflows import cluster
     from django_workflows import worker as worker_module
 
     starts = []
@@ -271,9 +270,9 @@ def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypat
         if len(starts) == 1:  # what django-q2 raises when the sentinel dies before it is up
             raise RuntimeError("Q Cluster failed to start: sentinel exited with code -9")
 
-    monkeypatch.setattr(worker_module.ClusterProcess, "start", start)
-    monkeypatch.setattr(worker_module.ClusterProcess, "alive", property(lambda self: len(starts) > 1))
-    monkeypatch.setattr(worker_module.ClusterProcess, "stop", lambda self, wait=60.0: None)
+    monkeypatch.setattr(cluster.ClusterProcess, "start", start)
+    monkeypatch.setattr(cluster.ClusterProcess, "alive", property(lambda self: len(starts) > 1))
+    monkeypatch.setattr(cluster.ClusterProcess, "stop", lambda self, wait=60.0: None)
     settings.DJANGO_WORKFLOWS = {"SWEEP_INTERVAL": 0.1, "WAKE_INTERVAL": 0.1}
     handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     try:

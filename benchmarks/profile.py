@@ -24,7 +24,7 @@ from django.db import connection  # noqa: E402
 
 from benchmarks.inproc import clean, create_unrun  # noqa: E402
 from django_workflows import workflows  # noqa: E402
-from django_workflows.replay import replay  # noqa: E402
+from django_workflows.engine.replay import replay  # noqa: E402
 
 
 class StatementTimer:

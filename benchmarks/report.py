@@ -301,7 +301,7 @@ test suites, so figures are noisy (load average at the end: {load}).
    connection of its own with no Django (`sqlite3` in autocommit with the same pragmas; `psycopg` with
    `autocommit=True`). The gap between the two is Django's cursor (its wrapper, the parameters'
    adaptation, and on PostgreSQL the client-side binding Django uses).
-2. **Step overhead**: one replay (`django_workflows.replay.replay`) of a workflow of 1,000 trivial
+2. **Step overhead**: one replay (`django_workflows.engine.replay.replay`) of a workflow of 1,000 trivial
    `step.do` steps, timed from the claim to the finish; µs per step = time ÷ 1,000, including the replay's
    fixed cost (claim, read, journal load, finish), i.e. all of it. Ratio = that ÷ the µs per INSERT of the
    same run. Then the same workflow through the public API, as a user runs it: `create()` on the inline

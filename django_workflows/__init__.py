@@ -4,6 +4,7 @@ Importing this package does not import models: the names that need the app
 registry (``workflows``, ``WorkflowStep``) are resolved lazily on first access.
 """
 
+from django_workflows import moved_modules
 from django_workflows.definition import StepContext, WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
 from django_workflows.error_journal import StepFailed
 from django_workflows.errors import (
@@ -45,6 +46,9 @@ from django_workflows.errors import (
 )
 
 __version__ = "0.1.0"
+
+# Modules that moved stay importable by their old paths (queued tasks and journals name them).
+moved_modules.install()
 
 __all__ = [
     "CpuTimeLimitExceeded",
@@ -108,7 +112,7 @@ def __getattr__(name: str):
         return workflows
     if name == "WorkflowStep":
         # Lazily, as workflows: the step API's module imports models.
-        from django_workflows.step import WorkflowStep
+        from django_workflows.engine.step import WorkflowStep
 
         return WorkflowStep
     raise AttributeError(f"module 'django_workflows' has no attribute {name!r}")

@@ -38,9 +38,9 @@ class DjangoWorkflowsConfig(AppConfig):
         # connection is watched for them, from its first statement on.
         from django.db.backends.signals import connection_created
 
-        from django_workflows.atomic_steps import watch_connection
+        from django_workflows.engine.atomic_steps import watch_connection
 
-        connection_created.connect(watch_connection, dispatch_uid="django_workflows.atomic_steps")
+        connection_created.connect(watch_connection, dispatch_uid="django_workflows.engine.atomic_steps")
 
         # Spans and metrics, when opentelemetry-api is installed (the OPENTELEMETRY setting).
         from django_workflows import telemetry

@@ -17,7 +17,7 @@ from django_workflows.options import (
     parse_version,
     version_error,
 )
-from django_workflows.policy import validate_config
+from django_workflows.engine.policy import validate_config
 from django_workflows.webhook_secrets import MIN_SECRET_LENGTH, secret_problem, secret_weakness
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS",

@@ -98,7 +98,7 @@ class WorkflowEntrypoint:
     ``schedules`` lists cron expressions (``["0 9 * * mon-fri"]``): ``workflows_worker``
     creates one instance per slot, in ``schedule_timezone`` (default "UTC"), and
     after downtime follows ``schedule_catch_up`` ("latest", "all" or "none";
-    ``django_workflows.schedules``).
+    ``django_workflows.cron``).
     ``concurrency`` bounds how many of its instances run at once across every worker (the others
     stay queued, oldest first); ``rate_limit`` ("100/minute", per second, minute or hour) bounds its
     starts in any sliding window of that length (``django_workflows.limits``).

@@ -289,7 +289,7 @@ def describe_schedules(now: datetime, count: int = 3, workflow_name: str | None 
     ``now`` and where the workers stand with it (``None`` until a worker has seen it). A schedule the
     system check refuses is listed with its ``error`` and no slots; croniter missing raises
     ``MissingExtra``."""
-    from django_workflows import schedules
+    from django_workflows import cron
     from django_workflows.models import Schedule
 
     classes = [registry.get(workflow_name)] if workflow_name is not None else registry.all()
@@ -297,7 +297,7 @@ def describe_schedules(now: datetime, count: int = 3, workflow_name: str | None 
                         if options.schedule_expressions),
                        key=lambda options: options.name)
     if scheduled:
-        schedules.require_croniter("Listing schedules")
+        cron.require_croniter("Listing schedules")
     stored = Schedule.objects.filter(workflow_name__in=[options.name for options in scheduled])
     rows = {(row["workflow_name"], row["key"]): row
             for row in stored.values("workflow_name", "key", "next_slot", "last_slot")}
@@ -309,17 +309,17 @@ def describe_schedules(now: datetime, count: int = 3, workflow_name: str | None 
                      "id_prefix": None, "next": [], "stored_next_slot": None, "last_slot": None,
                      "error": None}
             try:
-                if catch_up not in schedules.CATCH_UP_POLICIES:
-                    raise schedules.InvalidSchedule(f"schedule_catch_up {catch_up!r} is not one of "
-                                                    f"{', '.join(schedules.CATCH_UP_POLICIES)}")
-                cron = schedules.CronSchedule(expression, timezone)
-            except schedules.InvalidSchedule as exc:
+                if catch_up not in cron.CATCH_UP_POLICIES:
+                    raise cron.InvalidSchedule(f"schedule_catch_up {catch_up!r} is not one of "
+                                               f"{', '.join(cron.CATCH_UP_POLICIES)}")
+                schedule = cron.CronSchedule(expression, timezone)
+            except cron.InvalidSchedule as exc:
                 entry["error"] = str(exc)
                 described.append(entry)
                 continue
-            row = rows.get((options.name, cron.key))
-            entry.update(cron=cron.expression, id_prefix=f"{schedules.ID_PREFIX}{cron.key}-",
-                         next=cron.upcoming(now, count),
+            row = rows.get((options.name, schedule.key))
+            entry.update(cron=schedule.expression, id_prefix=f"{cron.ID_PREFIX}{schedule.key}-",
+                         next=schedule.upcoming(now, count),
                          stored_next_slot=row["next_slot"] if row else None,
                          last_slot=row["last_slot"] if row else None)
             described.append(entry)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from django_workflows.errors import WorkflowError
+from django_workflows.moved_modules import MOVED_MODULES
 from django_workflows.serialization import storable_text
 
 # What user code may raise that fails its step or its instance rather than the worker, SystemExit and
@@ -67,6 +68,9 @@ def rebuild_error(error: dict) -> Exception:
     cls = None
     address = error.get("type") or ""
     module_name, _, qualname = MOVED_CLASSES.get(address, address).partition(":")
+    # A journal written before a module moved names its old path: read from the new one, without the
+    # warning an import by the old path gives (the journal is no one's code to change).
+    module_name = MOVED_MODULES.get(module_name, module_name)
     if module_name and qualname:
         try:
             cls = importlib.import_module(module_name)

@@ -25,7 +25,9 @@ from typing import Any, TypeVar
 
 from django.core.checks import Error
 
-from django_workflows import event_rules, limits, schedules
+from django_workflows import event_rules, limits
+
+from django_workflows import cron
 from django_workflows.conf import HARD_STEP_LIMIT, MAX_CPU_TIME_LIMIT, workflow_settings
 from django_workflows.definition import OPTIONS_ATTRIBUTE, WorkflowEntrypoint, registry
 from django_workflows.durations import parse_duration
@@ -234,29 +236,29 @@ class WorkflowOptions:
         return event_rules.rules(value)
 
     def _read_schedules(self, cls: type[WorkflowEntrypoint]) -> None:
-        self.schedule_expressions = schedules.expressions(cls.schedules)
+        self.schedule_expressions = cron.expressions(cls.schedules)
         """The class's ``schedules`` as written, a lone string as a list of one."""
-        self.schedule_timezone = cls.schedule_timezone or schedules.DEFAULT_TIMEZONE
-        self.schedule_catch_up = cls.schedule_catch_up or schedules.DEFAULT_CATCH_UP
-        self.schedules: list[schedules.ScheduleSpec] = []
+        self.schedule_timezone = cls.schedule_timezone or cron.DEFAULT_TIMEZONE
+        self.schedule_catch_up = cls.schedule_catch_up or cron.DEFAULT_CATCH_UP
+        self.schedules: list[cron.ScheduleSpec] = []
         """The schedules a worker runs: none while any of them is refused (``schedules_refused``)."""
         self.schedules_refused: str | None = None
         """Why no worker runs the class's schedules (croniter missing, checks E021 to E023)."""
         if not self.schedule_expressions:
             return
         try:
-            self.schedules = schedules.specs(self.name, self.schedule_expressions, self.schedule_timezone,
+            self.schedules = cron.specs(self.name, self.schedule_expressions, self.schedule_timezone,
                                              self.schedule_catch_up)
-        except (schedules.InvalidSchedule, MissingExtra) as exc:
+        except (cron.InvalidSchedule, MissingExtra) as exc:
             self.schedules_refused = str(exc)
         try:
-            schedules.require_croniter(f"{self.where}.schedules")
+            cron.require_croniter(f"{self.where}.schedules")
         except MissingExtra as exc:
             self.problems.append(Error(
                 f"{exc} Until it is, no worker creates this workflow's scheduled instances.",
                 hint="Install the [cron] extra, or remove the schedules.", id="django_workflows.E024"))
             return
-        for attribute, problem in schedules.problems(self.schedule_expressions, self.schedule_timezone,
+        for attribute, problem in cron.problems(self.schedule_expressions, self.schedule_timezone,
                                                      self.schedule_catch_up):
             self.problems.append(self._schedule_problem(attribute, problem))
 
@@ -278,7 +280,7 @@ class WorkflowOptions:
         return Error(
             f"{self.where}.schedule_catch_up: {problem}. {unrun}",
             hint="'latest' (the default) runs the most recent missed slot, 'all' every missed slot (at most "
-                 f"{schedules.MAX_CATCH_UP}), 'none' none.",
+                 f"{cron.MAX_CATCH_UP}), 'none' none.",
             id="django_workflows.E023",
         )
 

@@ -51,7 +51,7 @@ class StepKind(models.TextChoices):
     WAIT = "waitForEvent", "step.wait_for_event"
     PATCH = "patch", "step.patched"
     """A marker, not a step: ``step.patched(change_id)`` was first reached when the journal had nothing
-    further, so the instance takes the patched code from there on (``django_workflows.patches``)."""
+    further, so the instance takes the patched code from there on (``django_workflows.engine.patches``)."""
 
 
 class StepStatus(models.TextChoices):

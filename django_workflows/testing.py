@@ -82,7 +82,7 @@ class WorkflowTestEnv:
         clock's time, so a test sees what a worker would do, not a copy of it. Returns the number of
         replays run.
         """
-        from django_workflows.replay import replay
+        from django_workflows.engine.replay import replay
         from django_workflows.store.dispatch import wake_due
 
         ran = 0
@@ -138,6 +138,6 @@ def verify_journal(instance):
     return the ``Divergence`` (why the code deployed now cannot go on with it), or None if it agrees.
     ``instance`` is an ``InstanceHandle`` (``workflows.get(name).get(id)``) or an ``Instance``."""
     from django_workflows.models import Instance
-    from django_workflows.verification import verify
+    from django_workflows.engine.verification import verify
 
     return verify(instance if isinstance(instance, Instance) else Instance.objects.get(pk=instance.pk))

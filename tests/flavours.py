@@ -302,7 +302,7 @@ def use_flavour(flavour: str):
         return
     if flavour != "async":
         raise ValueError(f"flavour is one of {FLAVOURS}, got {flavour!r}")
-    from django_workflows import async_run
+    from django_workflows.engine import async_run
     from django_workflows.definition import registry
 
     original_get, original_drive = registry.get, async_run.drive

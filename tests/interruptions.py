@@ -16,7 +16,7 @@ import threading
 import time
 
 from django_workflows.control_flow import AttemptTimedOut
-from django_workflows.timeouts import _drop_a_pending_interruption, watchdog
+from django_workflows.engine.timeouts import _drop_a_pending_interruption, watchdog
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import path
 
-from django_workflows.admin.approvals import ApprovalQueue
+from django_workflows.admin.decisions import ApprovalQueue
 from django_workflows.admin.base import InstanceAdminBase
 from django_workflows.admin.inbox import InboxDiscard
 from django_workflows.admin.instance_list import InstanceList

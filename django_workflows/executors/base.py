@@ -11,9 +11,9 @@ from django.utils.module_loading import import_string
 
 # The tasks, by name: an executor runs them without importing the engine, which imports the store,
 # which calls the executor to enqueue.
-REPLAY_TASK = "django_workflows.tasks.run_replay"
-REPLAYS_TASK = "django_workflows.tasks.run_replays"
-PROBE_TASK = "django_workflows.tasks.answer_probe"
+REPLAY_TASK = "django_workflows.engine.replay_tasks.run_replay"
+REPLAYS_TASK = "django_workflows.engine.replay_tasks.run_replays"
+PROBE_TASK = "django_workflows.engine.replay_tasks.answer_probe"
 
 
 def run_task(name: str, *args: Any) -> None:

@@ -4,7 +4,7 @@ One replay is one django-q2 task whose only argument is the instance's
 primary key; when many instances become runnable together (timers due at
 once, a batch created), one task carries the keys of up to ``REPLAY_BATCH``
 of them, whose replays it runs one after another, each as if alone
-(``django_workflows.tasks.run_replays``). With the ORM broker on the workflow tables' own database, the
+(``django_workflows.engine.replay_tasks.run_replays``). With the ORM broker on the workflow tables' own database, the
 task row is written inside the transaction that made the instance runnable,
 so it exists exactly when that change commits; with another broker (Redis) it
 is pushed once the transaction commits. Either way a lost or duplicated task
@@ -177,7 +177,7 @@ class DjangoQExecutor(BaseExecutor):
         return messages
 
 
-# Tasks queued before the upgrade that moved them to django_workflows.tasks name these.
+# Tasks queued before the upgrade that moved them to django_workflows.engine.replay_tasks name these.
 
 def run_replay(instance_pk: int) -> None:
     run_task(REPLAY_TASK, instance_pk)

@@ -28,7 +28,7 @@ from django_workflows.definition import registry
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus, Schedule
 from django_workflows.options import WorkflowOptions
-from django_workflows.schedules import (
+from django_workflows.cron import (
     ON_TIME,
     ScheduleSpec,
     plan,
@@ -36,7 +36,7 @@ from django_workflows.schedules import (
     slot_params,
 )
 
-logger = logging.getLogger("django_workflows.schedules")
+logger = logging.getLogger("django_workflows.schedules")  # its name in LOGGING settings since 0.1
 
 RETRY_SECONDS = 1.0
 """How long a worker waits before it runs a round that failed again."""

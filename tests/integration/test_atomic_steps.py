@@ -208,7 +208,7 @@ def test_an_atomic_step_writes_its_journal_row_in_one_statement_as_a_plain_step_
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from django_workflows.replay import replay
+    from django_workflows.engine.replay import replay
 
     counted = {}
     for atomic in (False, True):

@@ -16,11 +16,11 @@ import pytest
 from django.db import DatabaseError, OperationalError, connection
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.children import ChildSteps
+from django_workflows.engine.child_steps import ChildSteps
 from django_workflows.definition import registry
 from django_workflows.errors import InstanceTerminated, InvalidEventType
 from django_workflows.models import Event, Instance, Step
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.store import children as children_store
 from django_workflows.store import steering

@@ -20,7 +20,7 @@ from django_workflows import CpuTimeLimitExceeded, WorkflowEntrypoint, workflows
 from django_workflows.definition import registry
 from django_workflows.drawing.time_axis import human_milliseconds
 from django_workflows.models import Instance, Step
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 from tests.testapp.workflows import calls
 
 LIMIT_MESSAGE = re.compile(

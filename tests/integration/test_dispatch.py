@@ -108,7 +108,7 @@ def test_a_replay_frozen_past_its_lease_cannot_undo_what_the_sweeper_did(workflo
 
     replay_finished.connect(finished)
     try:
-        from django_workflows.replay import replay
+        from django_workflows.engine.replay import replay
 
         replay(instance.pk)
     finally:

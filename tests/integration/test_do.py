@@ -220,7 +220,7 @@ def test_bad_step_calls(workflows_env, params, fragment):
 
 
 def test_step_names_of_256_characters_are_accepted(workflows_env):
-    from django_workflows.step import WorkflowStep  # noqa: F401
+    from django_workflows.engine.step import WorkflowStep  # noqa: F401
 
     instance = start("bad-call", {"what": "name", "value": "n" * 256})
     workflows_env.run_until_idle()

@@ -93,7 +93,7 @@ def test_event_is_read_only(workflows_env):
 def test_an_instance_of_a_workflow_that_no_longer_exists_waits_saying_why(workflows_env):
     instance = workflows.get("three-steps").create()
     Instance.objects.filter(pk=instance.pk).update(workflow_name="gone")
-    from django_workflows.replay import replay
+    from django_workflows.engine.replay import replay
 
     replay(instance.pk)
     row = Instance.objects.get(pk=instance.pk)
@@ -102,7 +102,7 @@ def test_an_instance_of_a_workflow_that_no_longer_exists_waits_saying_why(workfl
 
 
 def test_a_replay_of_a_finished_instance_does_nothing(workflows_env):
-    from django_workflows.replay import replay
+    from django_workflows.engine.replay import replay
 
     instance = workflows.get("three-steps").create()
     workflows_env.run_until_idle()
@@ -115,7 +115,7 @@ def test_a_replay_of_a_finished_instance_does_nothing(workflows_env):
 def test_a_running_instance_is_taken_over_only_once_its_lease_expired(workflows_env, lease_expired):
     from datetime import timedelta
 
-    from django_workflows.replay import replay
+    from django_workflows.engine.replay import replay
 
     instance = workflows.get("three-steps").create()
     offset = timedelta(seconds=-1 if lease_expired else 60)

@@ -124,7 +124,7 @@ def test_a_broker_push_that_fails_after_the_commit_is_recovered_by_the_sweeper(s
     from django_q.conf import Conf
 
     from django_workflows import executors
-    from django_workflows.replay import replay
+    from django_workflows.engine.replay import replay
 
     handle = workflows.get("awaiter").create(id="b1")
     replay(handle.pk)

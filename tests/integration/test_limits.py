@@ -20,7 +20,7 @@ from django_workflows.checks import check_workflows
 from django_workflows.definition import WorkflowEntrypoint, registry
 from django_workflows.describe import describe_workflow
 from django_workflows.models import Instance
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 from django_workflows.store import leases
 from django_workflows.store.dispatch import sweep
 

@@ -6,7 +6,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_workflows import workflows
 from django_workflows.models import Instance, Step
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 
 
 def _statements(ctx):

@@ -7,7 +7,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_workflows import clock, tasks, workflows
+from django_workflows import clock, workflows
+
+from django_workflows.engine import replay_tasks
 from django_workflows.executors.base import REPLAY_TASK, REPLAYS_TASK
 from django_workflows.executors.q2 import DjangoQExecutor, batches
 from django_workflows.models import Instance
@@ -125,7 +127,7 @@ def test_a_task_of_several_replays_runs_each_once(workflows_env):
     created = [workflows.get("three-steps").create() for _ in range(3)]
     workflows_env.executor.reset()
     pks = [instance.pk for instance in created]
-    tasks.run_replays([*pks, pks[0]])  # a duplicate of the first: its lease lets one replay through
+    replay_tasks.run_replays([*pks, pks[0]])  # a duplicate of the first: its lease lets one replay through
     for instance in created:
         row = Instance.objects.get(pk=instance.pk)
         assert (row.status, row.epoch) == ("complete", 1)
@@ -136,15 +138,15 @@ def test_a_replay_that_fails_leaves_the_others_of_its_task_alone(workflows_env, 
     created = [workflows.get("three-steps").create() for _ in range(3)]
     workflows_env.executor.reset()
     pks = [instance.pk for instance in created]
-    real = tasks.replay
+    real = replay_tasks.replay
 
     def failing(pk):
         if pk == pks[1]:
             raise RuntimeError("the database went away")
         return real(pk)
 
-    monkeypatch.setattr(tasks, "replay", failing)
-    tasks.run_replays(pks)
+    monkeypatch.setattr(replay_tasks, "replay", failing)
+    replay_tasks.run_replays(pks)
     statuses = [Instance.objects.get(pk=pk).status for pk in pks]
     # The failed one is left queued, for the sweeper to queue again (REDISPATCH_SECONDS).
     assert statuses == ["complete", "queued", "complete"]
@@ -155,8 +157,8 @@ def test_a_task_past_its_time_hands_the_rest_on_as_another(workflows_env, monkey
     created = [workflows.get("three-steps").create() for _ in range(4)]
     workflows_env.executor.reset()
     pks = [instance.pk for instance in created]
-    monkeypatch.setattr(tasks, "BATCH_SECONDS", 0.0)
-    tasks.run_replays(pks)
+    monkeypatch.setattr(replay_tasks, "BATCH_SECONDS", 0.0)
+    replay_tasks.run_replays(pks)
     # The first ran; the others went back to the executor, not dropped, and ran nowhere yet.
     assert Instance.objects.get(pk=pks[0]).status == "complete"
     assert [Instance.objects.get(pk=pk).status for pk in pks[1:]] == ["queued"] * 3
@@ -185,7 +187,7 @@ def test_a_task_spreads_its_replays_over_threads_where_the_database_takes_concur
     try:
         handles = workflows.get("three-steps").create_batch([{} for _ in range(7)])
         pks = [handle.pk for handle in handles]
-        tasks.run_replays([*pks, pks[0]])  # a duplicate: its lease lets one replay through
+        replay_tasks.run_replays([*pks, pks[0]])  # a duplicate: its lease lets one replay through
     finally:
         replay_started.disconnect(dispatch_uid="test-threads")
         pop_override()

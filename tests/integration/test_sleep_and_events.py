@@ -72,7 +72,7 @@ def test_bad_sleeps_and_waits_are_clear_errors(workflows_env, params, fragment):
 @pytest.mark.one_flavour("calls the wake-time parser directly: no workflow runs")
 def test_sleep_until_a_naive_datetime_is_refused(workflows_env):
     from django_workflows.errors import InvalidStepInput
-    from django_workflows.waits import _as_wake_time
+    from django_workflows.engine.waits import _as_wake_time
 
     with pytest.raises(InvalidStepInput, match="has no time zone"):
         _as_wake_time("nap", datetime(2030, 1, 1))

@@ -22,7 +22,7 @@ from opentelemetry.trace import StatusCode
 
 from django_workflows import WorkflowEntrypoint, signals, telemetry, workflows
 from django_workflows.errors import MissingExtra
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 from django_workflows.testing import run_workflows
 from tests.testapp.workflows import calls
 

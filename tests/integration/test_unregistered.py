@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from django_workflows import WorkflowEntrypoint, checks, workflows
 from django_workflows.definition import registry
 from django_workflows.models import Instance
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 
 ran = []
 

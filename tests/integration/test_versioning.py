@@ -377,7 +377,7 @@ def test_each_replay_of_a_patched_instance_gives_the_same_answers(workflows_env,
     workflows_env.run_until_idle()
     seen = [(journal_keys(instance), markers(instance))]
     # Replays that find nothing to do (a duplicate delivery, an early wake-up) write nothing.
-    from django_workflows.replay import replay
+    from django_workflows.engine.replay import replay
 
     for _ in range(3):
         Instance.objects.filter(pk=instance.pk).update(status="queued")

@@ -28,7 +28,7 @@ from rest_framework.test import APIClient
 from django_workflows import WorkflowEntrypoint, clock, workflows
 from django_workflows.definition import registry
 from django_workflows.models import Instance, Step
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 from django_workflows.store import lease_keeper
 from tests.workers import ROOT, wait_for, wait_status
 

@@ -12,7 +12,7 @@ from rest_framework.authtoken.models import Token
 
 from django_workflows import workflows
 from django_workflows.models import Event, Instance
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from django_workflows.conf import workflow_settings
 from django_workflows.definition import kebab_case, registry
 from django_workflows.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, NonRetryableError, WorkflowError, WorkflowTimeoutError
-from django_workflows.policy import StepPolicy
+from django_workflows.engine.policy import StepPolicy
 
 
 @pytest.mark.parametrize("cls, name", [("PaymentApproval", "payment-approval"), ("HTTPCheck", "http-check"),

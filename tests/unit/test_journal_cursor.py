@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from django_workflows.errors import NonDeterminismError, StepLimitExceeded
-from django_workflows.journal_cursor import JournalCursor
+from django_workflows.engine.journal_cursor import JournalCursor
 from django_workflows.store.journal import Entry
 
 T0 = datetime(2026, 1, 5, 9, tzinfo=UTC)

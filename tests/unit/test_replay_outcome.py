@@ -6,7 +6,7 @@ import pytest
 
 from django_workflows.control_flow import Suspend, Terminating
 from django_workflows.errors import NonDeterminismError
-from django_workflows.replay_outcome import Ending, decide
+from django_workflows.engine.replay_outcome import Ending, decide
 
 WAKE = datetime(2026, 1, 5, 9, tzinfo=UTC)
 

@@ -10,9 +10,9 @@ import weakref
 
 import pytest
 
-from django_workflows import timeouts
+from django_workflows.engine import timeouts
 from django_workflows.control_flow import AttemptTimedOut
-from django_workflows.timeouts import Watchdog, call_with_timeout, watchdog
+from django_workflows.engine.timeouts import Watchdog, call_with_timeout, watchdog
 from tests.interruptions import disarmed_on_exit, held_at, interruptions_within, watches_left_armed
 
 
@@ -216,7 +216,7 @@ def test_a_process_whose_attempt_swallowed_its_interruption_can_still_be_profile
     script = (
         "import sys, time\n"
         "from django_workflows.control_flow import AttemptTimedOut\n"
-        "from django_workflows.timeouts import call_with_timeout\n"
+        "from django_workflows.engine.timeouts import call_with_timeout\n"
         "def swallows():\n"
         "    try:\n"
         "        while True:\n"

@@ -156,7 +156,7 @@ class Command(BaseCommand):
         self.show(described, cli.format_schedules(described, now))
 
     def verify(self, options):
-        from django_workflows.verification import verify_unfinished
+        from django_workflows.engine.verification import verify_unfinished
 
         name = options["name"]
         checked, found = verify_unfinished(name)

@@ -32,8 +32,8 @@ from django_workflows.definition import StepContext, StepIdentity, parameters
 from django_workflows.error_journal import USER_FAILURES, describe_error, instance_error
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepStatus
-from django_workflows.policy import StepPolicy
-from django_workflows.step_host import StepHost
+from django_workflows.engine.policy import StepPolicy
+from django_workflows.engine.step_host import StepHost
 from django_workflows.store.journal import Entry
 
 ROLLBACK_KEYS = ("rollback", "rollback_config", "rollbackConfig")

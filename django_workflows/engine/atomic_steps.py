@@ -42,9 +42,9 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django_workflows import clock
 from django_workflows.control_flow import StoreError
 from django_workflows.errors import WorkflowConfigError
-from django_workflows.step_host import Attempt, PendingDo, StepHost
+from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.leases import keeper
-from django_workflows.timeouts import callers_transactions
+from django_workflows.engine.timeouts import callers_transactions
 
 
 class _RollBack(Exception):

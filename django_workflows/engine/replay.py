@@ -19,13 +19,15 @@ from typing import Any, NoReturn, TypeVar
 
 from django.db import DatabaseError
 
-from django_workflows import async_run, clock, lifecycle, telemetry
-from django_workflows.children import ChildSteps
-from django_workflows.concurrent_steps import ConcurrentSteps
+from django_workflows import clock, lifecycle, telemetry
+
+from django_workflows.engine import async_run
+from django_workflows.engine.child_steps import ChildSteps
+from django_workflows.engine.concurrent_steps import ConcurrentSteps
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, registry
-from django_workflows.do_steps import DoSteps
+from django_workflows.engine.do_steps import DoSteps
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import (
     CpuTimeLimitExceeded,
@@ -39,23 +41,23 @@ from django_workflows.errors import (
     WorkflowNotFound,
 )
 from django_workflows.executors import enqueue
-from django_workflows.journal_cursor import JournalCursor
+from django_workflows.engine.journal_cursor import JournalCursor
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions, limited
-from django_workflows.patches import PatchSteps
-from django_workflows.replay_costs import ReplayCosts
-from django_workflows.replay_endings import Endings
-from django_workflows.replay_outcome import Ending, Outcome, decide
-from django_workflows.rollbacks import UndoSteps
+from django_workflows.engine.patches import PatchSteps
+from django_workflows.engine.replay_costs import ReplayCosts
+from django_workflows.engine.replay_endings import Endings
+from django_workflows.engine.replay_outcome import Ending, Outcome, decide
+from django_workflows.engine.rollbacks import UndoSteps
 from django_workflows.signals import replay_finished, replay_started
-from django_workflows.step import WorkflowStep
-from django_workflows.step_host import Attempt
+from django_workflows.engine.step import WorkflowStep
+from django_workflows.engine.step_host import Attempt
 from django_workflows.store import leases
 from django_workflows.store.journal import Entry, JournalWriter, load
 from django_workflows.validation import validate_step_name
-from django_workflows.waits import WaitSteps
+from django_workflows.engine.waits import WaitSteps
 
-logger = logging.getLogger("django_workflows.replay")
+logger = logging.getLogger("django_workflows.replay")  # its name in LOGGING settings since 0.1
 T = TypeVar("T")
 
 

@@ -23,7 +23,7 @@ from django_workflows.error_journal import describe_error, instance_error
 from django_workflows.errors import StepResultError
 from django_workflows.executors import enqueue
 from django_workflows.models import InstanceStatus
-from django_workflows.replay_costs import ReplayCosts
+from django_workflows.engine.replay_costs import ReplayCosts
 from django_workflows.serialization import NotJournalable, encode, storable_text
 from django_workflows.store import children, leases, retention
 from django_workflows.store.journal import WAITING_UNLESS_PAUSE_ASKED, JournalWriter, encoded

@@ -13,14 +13,14 @@ import inspect
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django_workflows.async_run import drive
+from django_workflows.engine.async_run import drive
 from django_workflows.control_flow import EndOfJournal
 from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
-from django_workflows.patches import PatchSteps
-from django_workflows.replay import Replay
-from django_workflows.step import WorkflowStep
+from django_workflows.engine.patches import PatchSteps
+from django_workflows.engine.replay import Replay
+from django_workflows.engine.step import WorkflowStep
 from django_workflows.store.journal_entries import Entry, load
 from django_workflows.store.leases import Claim
 

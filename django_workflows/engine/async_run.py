@@ -22,7 +22,7 @@ loop waits, the replay settles the steps called so far, in rounds:
   as in ``def run``.
 
 ``step.patched(change_id)`` is not awaited: it answers at once, as in ``def run``, where it stands among
-the steps run() has called (``django_workflows.patches``).
+the steps run() has called (``django_workflows.engine.patches``).
 
 What run() awaits must come from its steps: a timer (``asyncio.sleep`` with a delay), a network call or
 a foreign future outside a step is refused with a clear error. A step function may be ``async def``; it
@@ -38,17 +38,17 @@ from typing import Any, Protocol, cast
 
 from django.core.exceptions import SynchronousOnlyOperation
 
-from django_workflows.children import ChildWait, is_child_creator, wait_name
-from django_workflows.concurrent_steps import parse_calls
+from django_workflows.engine.child_steps import ChildWait, is_child_creator, wait_name
+from django_workflows.engine.concurrent_steps import parse_calls
 from django_workflows.control_flow import Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, parameters
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.rollbacks import raise_failures
-from django_workflows.step import ReplaySteps, WorkflowStep
-from django_workflows.step_functions import StepFunction
-from django_workflows.step_host import PendingDo, StepHost
+from django_workflows.engine.rollbacks import raise_failures
+from django_workflows.engine.step import ReplaySteps, WorkflowStep
+from django_workflows.engine.step_functions import StepFunction
+from django_workflows.engine.step_host import PendingDo, StepHost
 
 _UNEXAMINED = object()
 # Rounds run() may go on after a suspension was raised into it (its finally blocks, a bare except that

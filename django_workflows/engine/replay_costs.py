@@ -12,7 +12,7 @@ import threading
 import time
 
 from django_workflows.errors import CpuTimeLimitExceeded
-from django_workflows.step_host import Attempt
+from django_workflows.engine.step_host import Attempt
 from django_workflows.store.journal import Costs
 
 

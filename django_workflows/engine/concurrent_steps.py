@@ -27,8 +27,8 @@ from django.db import connections
 from django_workflows.control_flow import Suspend
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import InvalidStepInput
-from django_workflows.do_steps import DoSteps
-from django_workflows.step_host import Attempt, PendingDo, StepHost
+from django_workflows.engine.do_steps import DoSteps
+from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.validation import validate_step_name
 
 

@@ -15,7 +15,7 @@ from django_workflows.durations import parse_duration
 from django_workflows.error_journal import describe_error, rebuild_error
 from django_workflows.errors import InvalidEvent, InvalidStepInput, WorkflowConfigError, WorkflowTimeoutError
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.step_host import StepHost
+from django_workflows.engine.step_host import StepHost
 from django_workflows.store.journal import Entry, JournalWriter
 from django_workflows.validation import validate_event_type
 

@@ -21,19 +21,21 @@ from typing import Any
 
 from django.db import connections
 
-from django_workflows import atomic_steps, clock, rollbacks, telemetry
+from django_workflows import clock, telemetry
+
+from django_workflows.engine import atomic_steps, rollbacks
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.error_journal import USER_FAILURES, describe_error, rebuild_error
 from django_workflows.errors import InvalidStepInput, NonRetryableError, StepResultError, StepTimeoutError
-from django_workflows.journal_cursor import JournalCursor
+from django_workflows.engine.journal_cursor import JournalCursor
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
-from django_workflows.policy import StepPolicy, build_policy, default_policy
+from django_workflows.engine.policy import StepPolicy, build_policy, default_policy
 from django_workflows.serialization import NotJournalable, encode
-from django_workflows.step_functions import wants_context
-from django_workflows.step_host import Attempt, PendingDo, StepHost
+from django_workflows.engine.step_functions import wants_context
+from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.journal import Entry, encoded
-from django_workflows.timeouts import call_with_timeout
+from django_workflows.engine.timeouts import call_with_timeout
 
 _ZERO = timedelta(0)
 # What fails a step at once, whatever retries its policy has left.

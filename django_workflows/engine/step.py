@@ -12,17 +12,17 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from django_workflows import children
-from django_workflows.children import ChildSteps
-from django_workflows.concurrent_steps import ConcurrentSteps
+from django_workflows.engine import child_steps
+from django_workflows.engine.child_steps import ChildSteps
+from django_workflows.engine.concurrent_steps import ConcurrentSteps
 from django_workflows.definition import WorkflowStepEvent
-from django_workflows.do_steps import DoSteps
+from django_workflows.engine.do_steps import DoSteps
 from django_workflows.errors import InvalidStepInput, WorkflowError
-from django_workflows.patches import PatchSteps
-from django_workflows.rollbacks import UndoSteps
-from django_workflows.step_functions import StepFunction
+from django_workflows.engine.patches import PatchSteps
+from django_workflows.engine.rollbacks import UndoSteps
+from django_workflows.engine.step_functions import StepFunction
 from django_workflows.validation import validate_step_name
-from django_workflows.waits import WaitSteps
+from django_workflows.engine.waits import WaitSteps
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ class WorkflowStep:
         A function with a ``ctx`` parameter receives the step context (``StepContext``). ``config``
         may name an undo: ``{"rollback": fn, "rollback_config": {...}}`` (see ``rollback_all``).
         ``atomic=True`` (or ``config={"atomic": True}``) runs ``fn`` in a transaction of the workflow
-        database that commits its journal row too: exactly once (``django_workflows.atomic_steps``)."""
+        database that commits its journal row too: exactly once (``django_workflows.engine.atomic_steps``)."""
         if atomic:
             config = {**(config or {}), "atomic": True}
         if fn is None:
@@ -109,7 +109,7 @@ class WorkflowStep:
 
     def all(self, calls: Sequence[Sequence[Any]]) -> list[Any]:
         """Run ``step.do`` calls side by side (``[(name, fn), (name, fn, config), ...]``) and return their
-        results in that order: ``Promise.all``. See ``django_workflows.concurrent_steps``."""
+        results in that order: ``Promise.all``. See ``django_workflows.engine.concurrent_steps``."""
         return self._replay.call(self._replay.concurrent.all_steps, calls)
 
     def sleep(self, name: str, duration: int | float | str | timedelta) -> None:
@@ -137,14 +137,14 @@ class WorkflowStep:
         replay = self._replay
         create = replay.children.child_creator(name, workflow, params, id, on_parent_end)
         created: Any = replay.call(replay.steps.do, name, create, None)
-        return replay.call(replay.children.wait_for_child, children.wait_name(created), created)
+        return replay.call(replay.children.wait_for_child, child_steps.wait_name(created), created)
 
     def patched(self, change_id: str) -> bool:
         """Whether this instance runs the code that the change ``change_id`` guards: True on new
         instances and on those that had not reached this point when the change was deployed, False on
         those that had passed it on the code before. The answer is journaled (a marker, not a step), so
         every replay gets the same one. Not awaited, in ``async def run`` either. See
-        ``django_workflows.patches``."""
+        ``django_workflows.engine.patches``."""
         return self._replay.call(self._replay.patches.patched, change_id)
 
     def deprecate_patch(self, change_id: str) -> None:

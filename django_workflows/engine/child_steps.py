@@ -42,10 +42,10 @@ from django_workflows.errors import (
 )
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind
 from django_workflows.serialization import NotJournalable, encode
-from django_workflows.step_host import StepHost
+from django_workflows.engine.step_host import StepHost
 from django_workflows.store import children as store
 from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
-from django_workflows.waits import WaitRow, WaitSteps, finished
+from django_workflows.engine.waits import WaitRow, WaitSteps, finished
 
 # How long a parent waits for its child's end: the longest wait there is.
 CHILD_WAIT = timedelta(days=365)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, NoReturn, Protocol
 
 from django_workflows.errors import CpuTimeLimitExceeded, WorkflowError
 from django_workflows.lifecycle import Reporter
-from django_workflows.policy import StepPolicy
+from django_workflows.engine.policy import StepPolicy
 from django_workflows.store.journal import Entry, JournalWriter
 from django_workflows.store.leases import Claim
 

@@ -15,9 +15,9 @@ from django_workflows import clock
 from django_workflows.conf import workflow_settings
 from django_workflows.executors import enqueue_many
 from django_workflows.models import Instance, WorkerHeartbeat
-from django_workflows.replay import replay
+from django_workflows.engine.replay import replay
 
-logger = logging.getLogger("django_workflows.tasks")
+logger = logging.getLogger("django_workflows.tasks")  # its name in LOGGING settings since 0.1
 
 # Seconds after which a task of several replays starts no more of them and hands the rest on as a task
 # of their own: a task then runs at most this long past its longest replay, which django-q2's timeout

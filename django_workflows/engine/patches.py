@@ -31,9 +31,9 @@ from typing import Any
 
 from django_workflows import clock
 from django_workflows.errors import InvalidStepInput, NonDeterminismError
-from django_workflows.journal_cursor import JournalCursor
+from django_workflows.engine.journal_cursor import JournalCursor
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.step_host import StepHost
+from django_workflows.engine.step_host import StepHost
 from django_workflows.store.journal import Entry
 from django_workflows.validation import validate_step_name
 

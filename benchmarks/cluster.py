@@ -112,9 +112,10 @@ class Worker:
 def clean() -> None:
     """Empty the workflow tables and django-q2's queue (the worker keeps running)."""
     if connection.vendor == "postgresql":
+        # CASCADE: with the instances go the tables that point at them (journal, inbox, deliveries, and
+        # any added later), not the workers' own rows.
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE django_workflows_event, django_workflows_step, django_workflows_instance, "
-                           "django_q_ormq")
+            cursor.execute("TRUNCATE django_workflows_instance, django_q_ormq CASCADE")
     else:
         from django_q.models import OrmQ
 

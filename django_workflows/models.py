@@ -6,9 +6,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Self
 
+from django.contrib.contenttypes.fields import GenericForeignKey
 from django.core.exceptions import EmptyResultSet
 from django.db import NotSupportedError, models
 from django.db.models import Count, F, Lookup, Q
+
+from django_workflows import subjects
 
 
 class InstanceStatus(models.TextChoices):
@@ -75,6 +78,28 @@ class InstanceQuerySet(models.QuerySet):
             if types:
                 listed |= Q(workflow_name=workflow_name, waiting_for__holds_any_of=sorted(types))
         return self.filter(listed, status=InstanceStatus.WAITING)
+
+    def for_subject(self, subject) -> Self:
+        """The instances bound to ``subject`` (``create(subject=order)``): a model instance, or its
+        reference ``"app_label.model:pk"``."""
+        content_type, pk = subjects.find(subject)
+        return self.filter(subject_type=content_type, subject_id=pk)
+
+    def tagged(self, tags) -> Self:
+        """The instances that hold every tag of ``tags`` (``{"tenant": "acme"}``)."""
+        return self.filter(with_tags(tags))
+
+
+def with_tags(tags) -> Q:
+    """The instances holding every tag of ``tags``, as a filter on ``Instance``: for ``tagged()``, and
+    for an ``INSTANCE_ACCESS`` rule (``with_tags({"tenant": user.profile.tenant})``). A subquery per tag
+    rather than a join, so that it never repeats an instance, combined with ``|`` or ``&`` as any Q."""
+    from django_workflows.tags import validate_tags
+
+    condition = Q()
+    for key, value in validate_tags(tags, "tag filter").items():
+        condition &= Q(pk__in=InstanceTag.objects.filter(key=key, value=value).values("instance_id"))
+    return condition
 
 
 class Instance(models.Model):
@@ -148,6 +173,19 @@ class Instance(models.Model):
         db_default=ParentEndPolicy.TERMINATE,
         help_text="What the parent's terminate or restart does to this child while it runs.",
     )
+
+    # The row the instance is about (``create(subject=order)``): any model, by content type and primary
+    # key as text, so a model whose key is a UUID or a string is bound the same way. PROTECT: a content
+    # type is removed (remove_stale_contenttypes) only once nothing refers to it, never with instances.
+    subject_type = models.ForeignKey(
+        "contenttypes.ContentType", null=True, blank=True, default=None, on_delete=models.PROTECT,
+        db_index=False, related_name="+", help_text="The model of the row the instance is about.",
+    )
+    subject_id = models.CharField(
+        max_length=255, null=True, blank=True, default=None,
+        help_text="The primary key of the row the instance is about, as text.",
+    )
+    subject = GenericForeignKey("subject_type", "subject_id")
 
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -228,6 +266,10 @@ class Instance(models.Model):
             # again on the way. Not partial: SQLite cannot match a partial index's "status IN (...)"
             # with the query's bound parameters.
             models.Index(fields=["status", "purge_at", "ended_at"], name="dw_instance_retention"),
+            # An object's instances (for_subject, its admin page's inline, ?subject= in the API). Partial:
+            # most instances are about no row.
+            models.Index(fields=["subject_type", "subject_id"], name="dw_instance_subject",
+                         condition=Q(subject_type__isnull=False)),
             models.Index(
                 fields=["lease_expires_at"],
                 name="dw_instance_leased",
@@ -275,6 +317,13 @@ class StepKind(models.TextChoices):
     PATCH = "patch", "step.patched"
     """A marker, not a step: ``step.patched(change_id)`` was first reached when the journal had nothing
     further, so the instance takes the patched code from there on (``django_workflows.patches``)."""
+    TAGS = "tags", "step.set_tags"
+    """A marker, not a step: ``step.set_tags(...)`` set these tags, so a replay sets no others
+    (``django_workflows.tag_steps``)."""
+
+
+MARKER_KINDS = (StepKind.PATCH, StepKind.TAGS)
+"""Rows of the journal that are not steps: they take no position among the steps and are never run."""
 
 
 class StepStatus(models.TextChoices):
@@ -301,8 +350,8 @@ class StepQuerySet(models.QuerySet):
         """How many of an instance's steps of each name are in each status: ``{name: {status: count}}``,
         in one query."""
         progress: dict[str, dict[str, int]] = {}
-        # step.patched's markers are not steps, and may share a name with one.
-        rows = (self.filter(instance_id=instance.pk).exclude(kind=StepKind.PATCH)
+        # Markers are not steps, and may share a name with one.
+        rows = (self.filter(instance_id=instance.pk).exclude(kind__in=MARKER_KINDS)
                 .values("name", "status").annotate(n=Count("id")))
         for row in rows.order_by():
             progress.setdefault(row["name"], {})[row["status"]] = row["n"]
@@ -488,3 +537,21 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery of {self.type} for {self.instance_id}"
+
+
+class InstanceTag(models.Model):
+    """One tag of an instance (``django_workflows.tags``): a row per key, so that a filter on a tag is an
+    index lookup on (key, value) whatever the number of instances."""
+
+    # The unique constraint's index leads with the instance: the foreign key needs none of its own.
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="tags", db_index=False)
+    key = models.CharField(max_length=64)
+    value = models.CharField(max_length=255)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["instance", "key"], name="dw_tag_one_per_key")]
+        # The instance last, so a filter reads the ids it needs from the index alone.
+        indexes = [models.Index(fields=["key", "value", "instance"], name="dw_tag_lookup")]
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}"

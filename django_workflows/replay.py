@@ -43,6 +43,7 @@ from django_workflows.journal_cursor import JournalCursor
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions, limited
 from django_workflows.patches import PatchSteps
+from django_workflows.tag_steps import TagSteps
 from django_workflows.replay_costs import ReplayCosts
 from django_workflows.replay_endings import Endings
 from django_workflows.replay_outcome import Ending, Outcome, decide
@@ -151,6 +152,7 @@ class Replay:
         self.waits = WaitSteps(self)
         self.children = ChildSteps(self, self.waits)
         self.patches = PatchSteps(self, self.cursor)
+        self.tags = TagSteps(self, self.cursor)
         self.concurrent = ConcurrentSteps(self, self.steps)
 
     # The outcome of the whole replay.

@@ -18,6 +18,7 @@ from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
 from django_workflows.patches import PatchSteps
+from django_workflows.tag_steps import TagSteps
 from django_workflows.replay import Replay
 from django_workflows.step import WorkflowStep
 from django_workflows.store.journal import load
@@ -58,12 +59,19 @@ class _Verification(Replay):
     def __init__(self, claim: Claim):
         super().__init__(claim)
         self.patches = _UnwrittenPatches(self, self.cursor)
+        self.tags = _UnwrittenTags(self, self.cursor)
 
 
 class _UnwrittenPatches(PatchSteps):
     def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:
         # A real replay would journal the marker and take the new path, as this one does: nothing is
         # written, and the next step the journal has not finished stops it.
+        pass
+
+
+class _UnwrittenTags(TagSteps):
+    def write(self, marker: dict) -> None:
+        # Verifying reads the journal and changes nothing, tags included.
         pass
 
 

@@ -28,10 +28,11 @@ class TagFilter(admin.SimpleListFilter):
         return [(f"{key}={value}", f"{key}={value}") for key, value in instance_tags.pairs(OFFERED_TAGS)]
 
     def queryset(self, request, queryset):
-        if not self.value():
+        wanted = self.value()
+        if not wanted:
             return queryset
         try:
-            key, value = parse_tag_filter(self.value(), "tag")
+            key, value = parse_tag_filter(wanted, "tag")
         except InvalidTags as exc:
             messages.error(request, str(exc))
             return nothing(queryset)

@@ -329,6 +329,8 @@ def format_instance(description: dict) -> str:
         ("Instance", d["id"]),
         ("Status", d["status"]),
         ("Version", d["version"] or f"{EMPTY} (none recorded)"),
+        ("Subject", d["subject"] or EMPTY),
+        ("Tags", ", ".join(f"{key}={value}" for key, value in d["tags"].items()) or EMPTY),
         ("Queued", when(d["queued"])),
         ("Start", when(d["start"])),
         ("End", when(d["end"])),

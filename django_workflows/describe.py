@@ -14,13 +14,14 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from django_workflows import clock, counts, signals
+from django_workflows import clock, counts, signals, subjects
 from django_workflows.access import EVERYTHING
 from django_workflows.definition import registry
 from django_workflows.error_journal import rollback_of
-from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind
+from django_workflows.models import MARKER_KINDS, Event, Instance, InstanceStatus, Step, StepKind
 from django_workflows.options import WorkflowOptions
 from django_workflows.store import leases, listing
+from django_workflows.store import tags as instance_tags
 
 
 def status_counts(workflow_name: str | None = None, within: Q = EVERYTHING) -> dict[str, dict[str, int]]:
@@ -155,6 +156,8 @@ def instance_summary(instance: Instance) -> dict:
         "wake_at": instance.wake_at,
         "current_step": instance.current_step,
         "waiting_reason": instance.waiting_reason,
+        # The content type comes from Django's cache of them: no query per instance of a list.
+        "subject": subjects.reference(instance.subject_type_id, instance.subject_id),
     }
 
 
@@ -176,8 +179,9 @@ def describe_step(step: Step) -> dict:
         "output": REDACTED if step.is_sensitive and step.result is not None else step.result,
         "error": step.error and {"name": step.error.get("name"), "message": step.error.get("message")},
     }
-    if step.kind == StepKind.PATCH:
-        # A marker, not a step: run() took the code a step.patched(change id) guards from here on.
+    if step.kind in MARKER_KINDS:
+        # A marker, not a step: run() took the code a step.patched(change id) guards from here on, or
+        # set the tags of step.set_tags (its output) here.
         data["after_steps"] = step.result.get("after_steps") if isinstance(step.result, dict) else None
     if step.kind == StepKind.DO:
         data["attempts"] = [_attempt(attempt) for attempt in step.attempts]
@@ -252,7 +256,7 @@ def describe_children(instance: Instance, limit: int = CHILDREN_SHOWN) -> list[d
 def describe_instance(instance: Instance, steps_page: int = 1, events_page: int = 1,
                       per_page: int = DETAIL_PAGE_SIZE) -> dict:
     """Everything about one instance: status, params, output, error, and a page of its steps and of its
-    inbox (``per_page`` each; 5 queries): an instance may hold 25,000 steps and 1,000 unconsumed events."""
+    inbox (``per_page`` each), and its tags (6 queries): an instance may hold 25,000 steps and 1,000 unconsumed events."""
     step_rows = Step.objects.filter(instance_id=instance.pk)
     event_rows = Event.objects.filter(instance_id=instance.pk)
     counts = {"steps": step_rows.count(), "events": event_rows.count()}
@@ -264,6 +268,7 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
         keys.update(Step.objects.filter(pk__in=missing).values_list("pk", "key"))
     return {
         **instance_summary(instance),
+        "tags": instance_tags.of(instance.pk),
         "params": instance.params,
         "output": instance.output,
         "error": instance.error,

@@ -232,5 +232,17 @@ class ParamsTooLarge(InvalidParams):
     code, http_status = "payload_too_large", 413
 
 
+class InvalidTags(InvalidParams):
+    """Tags that are not a mapping of short keys to short strings (``django_workflows.tags``)."""
+
+    code = "invalid_tags"
+
+
+class InvalidSubject(InvalidParams):
+    """A subject that is not a saved model instance, or a reference to one that names no model."""
+
+    code = "invalid_subject"
+
+
 class PoisonInstance(WorkflowError):
     """Replays of the instance kept dying with their worker; it was parked instead of delivered again."""

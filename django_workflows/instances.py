@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, declared_events, lifecycle, sending, signals
+from django_workflows import clock, declared_events, lifecycle, sending, signals, subjects
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.durations import parse_duration
@@ -33,6 +33,7 @@ from django_workflows.serialization import NotJournalable, encode
 from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.sending import SentEvent
+from django_workflows.tags import validate_tags
 from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 100
@@ -100,18 +101,21 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.name}>"
 
-    def _new_instance(self, instance_id, params, retention=None) -> Instance:
+    def _new_instance(self, instance_id, params, retention=None, subject=None) -> Instance:
         instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
         _check_params(instance_id, params)
         kept = parse_retention(retention)
+        subject_type, subject_id = (None, None) if subject is None else subjects.subject_of(subject)
         now = clock.now()
         return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
                         status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
                         success_retention=kept.get("success"), error_retention=kept.get("error"),
-                        version=WorkflowOptions.of(self.workflow_class).version)
+                        version=WorkflowOptions.of(self.workflow_class).version,
+                        subject_type=subject_type, subject_id=subject_id)
 
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
-               retention: dict | None = None) -> InstanceHandle:
+               retention: dict | None = None, *, subject: Any = None,
+               tags: dict[str, str] | None = None) -> InstanceHandle:
         """Create an instance and queue its first replay. An id that exists is an error.
 
         ``retention`` chooses how long the instance is kept once it has finished, by how it ended,
@@ -124,10 +128,18 @@ class WorkflowHandle:
         nothing.
 
         The instance records the code version it is created under: the workflow class's ``version``,
-        else the ``VERSION`` setting (``Instance.version``)."""
-        instance = self._new_instance(id, params, retention)
+        else the ``VERSION`` setting (``Instance.version``).
+
+        ``subject`` binds the instance to the row it is about, a saved model instance (``subject=order``):
+        ``Instance.objects.for_subject(order)`` finds it, and so do the admin's ``WorkflowInstancesInline``
+        on the order's page and the API's ``?subject=shop.order:42``. ``tags`` are short strings it is
+        searched by, ``{"tenant": "acme"}`` (``django_workflows.tags``); ``step.set_tags`` adds more.
+        A subject or tags it cannot take raise ``InvalidSubject`` / ``InvalidTags`` and create nothing."""
+        checked_tags = {key: value for key, value in validate_tags(tags, "create(tags=...)").items()
+                        if value is not None}
+        instance = self._new_instance(id, params, retention, subject)
         try:
-            steering.insert(instance)
+            steering.insert(instance, checked_tags)
         except IntegrityError:
             raise InstanceAlreadyExists(
                 f"Workflow {self.name!r} already has an instance with id {instance.instance_id!r}; "

@@ -6,13 +6,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Self
 
+from django.contrib.contenttypes.fields import GenericForeignKey
 from django.db import models
 from django.db.models import Count, F, Q
 
+from django_workflows import subjects
 from django_workflows.lookups import HoldsAnyOf
 # Defined beside the models at first: projects and the package import them from here too.
 from django_workflows.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
 from django_workflows.statuses import FINISHED_STATUSES as FINISHED_STATUSES
+from django_workflows.statuses import MARKER_KINDS as MARKER_KINDS
 from django_workflows.statuses import InstanceStatus, ParentEndPolicy, StepKind, StepStatus
 
 
@@ -45,6 +48,28 @@ class InstanceQuerySet(models.QuerySet):
             if types:
                 listed |= Q(workflow_name=workflow_name, waiting_for__holds_any_of=sorted(types))
         return self.filter(listed, status=InstanceStatus.WAITING)
+
+    def for_subject(self, subject) -> Self:
+        """The instances bound to ``subject`` (``create(subject=order)``): a model instance, or its
+        reference ``"app_label.model:pk"``."""
+        content_type, pk = subjects.find(subject)
+        return self.filter(subject_type=content_type, subject_id=pk)
+
+    def tagged(self, tags) -> Self:
+        """The instances that hold every tag of ``tags`` (``{"tenant": "acme"}``)."""
+        return self.filter(with_tags(tags))
+
+
+def with_tags(tags) -> Q:
+    """The instances holding every tag of ``tags``, as a filter on ``Instance``: for ``tagged()``, and
+    for an ``INSTANCE_ACCESS`` rule (``with_tags({"tenant": user.profile.tenant})``). A subquery per tag
+    rather than a join, so that it never repeats an instance, combined with ``|`` or ``&`` as any Q."""
+    from django_workflows.tags import validate_tags
+
+    condition = Q()
+    for key, value in validate_tags(tags, "tag filter").items():
+        condition &= Q(pk__in=InstanceTag.objects.filter(key=key, value=value).values("instance_id"))
+    return condition
 
 
 class Instance(models.Model):
@@ -118,6 +143,19 @@ class Instance(models.Model):
         db_default=ParentEndPolicy.TERMINATE,
         help_text="What the parent's terminate or restart does to this child while it runs.",
     )
+
+    # The row the instance is about (``create(subject=order)``): any model, by content type and primary
+    # key as text, so a model whose key is a UUID or a string is bound the same way. PROTECT: a content
+    # type is removed (remove_stale_contenttypes) only once nothing refers to it, never with instances.
+    subject_type = models.ForeignKey(
+        "contenttypes.ContentType", null=True, blank=True, default=None, on_delete=models.PROTECT,
+        db_index=False, related_name="+", help_text="The model of the row the instance is about.",
+    )
+    subject_id = models.CharField(
+        max_length=255, null=True, blank=True, default=None,
+        help_text="The primary key of the row the instance is about, as text.",
+    )
+    subject = GenericForeignKey("subject_type", "subject_id")
 
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -198,6 +236,10 @@ class Instance(models.Model):
             # again on the way. Not partial: SQLite cannot match a partial index's "status IN (...)"
             # with the query's bound parameters.
             models.Index(fields=["status", "purge_at", "ended_at"], name="dw_instance_retention"),
+            # An object's instances (for_subject, its admin page's inline, ?subject= in the API). Partial:
+            # most instances are about no row.
+            models.Index(fields=["subject_type", "subject_id"], name="dw_instance_subject",
+                         condition=Q(subject_type__isnull=False)),
             models.Index(
                 fields=["lease_expires_at"],
                 name="dw_instance_leased",
@@ -222,8 +264,8 @@ class StepQuerySet(models.QuerySet):
         """How many of an instance's steps of each name are in each status: ``{name: {status: count}}``,
         in one query."""
         progress: dict[str, dict[str, int]] = {}
-        # step.patched's markers are not steps, and may share a name with one.
-        rows = (self.filter(instance_id=instance.pk).exclude(kind=StepKind.PATCH)
+        # Markers are not steps, and may share a name with one.
+        rows = (self.filter(instance_id=instance.pk).exclude(kind__in=MARKER_KINDS)
                 .values("name", "status").annotate(n=Count("id")))
         for row in rows.order_by():
             progress.setdefault(row["name"], {})[row["status"]] = row["n"]
@@ -349,68 +391,10 @@ class Event(models.Model):
         return f"{self.type} for {self.instance_id}"
 
 
-class WorkerHeartbeat(models.Model):
-    """What a running ``workflows_worker`` last said about itself, for the health check."""
+# The tables beside the journal and the inbox, kept in a module of their own; imported here, where Django
+# and the package look for every model of the app.
+from django_workflows.side_tables import Delivery, InstanceTag, Schedule, WorkerHeartbeat  # noqa: E402
 
-    worker_id = models.CharField(max_length=200, unique=True)
-    hostname = models.CharField(max_length=255)
-    pid = models.PositiveIntegerField()
-    started_at = models.DateTimeField()
-    last_seen = models.DateTimeField()
-    cluster_restarts = models.PositiveIntegerField(default=0)
-    wakeups = models.PositiveBigIntegerField(default=0, help_text="Instances woken by this worker's timers.")
-    redispatched = models.PositiveBigIntegerField(default=0, help_text="Replays re-enqueued by the sweeper.")
-    probe_sent_at = models.DateTimeField(null=True, blank=True)
-    probe_answered_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-last_seen"]
-
-    def __str__(self) -> str:
-        return self.worker_id
-
-
-class Schedule(models.Model):
-    """Where one cron schedule of a workflow class stands: the oldest slot no worker has dealt with yet.
-
-    A worker that finds ``next_slot`` due locks the row, creates the slots' instances and moves
-    ``next_slot`` on, in one transaction: workers on any number of machines deal with each slot once, and
-    an idle worker asks nothing until the next slot it knows of comes due. Rows are made by the first
-    worker that runs with the schedule declared; one whose schedule is no longer declared is left alone."""
-
-    workflow_name = models.CharField(max_length=255)
-    key = models.CharField(max_length=32,
-                           help_text="The expression's and time zone's hash, as in its instance ids.")
-    cron = models.CharField(max_length=255)
-    timezone = models.CharField(max_length=64)
-    next_slot = models.DateTimeField(
-        help_text="The oldest slot not yet created (or skipped by the catch-up policy).")
-    last_slot = models.DateTimeField(null=True, blank=True,
-                                     help_text="The latest slot an instance was created for.")
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["workflow_name", "key"], name="dw_schedule_unique"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.workflow_name}: {self.cron} ({self.timezone})"
-
-
-class Delivery(models.Model):
-    """A delivery the inbox has received: a signed webhook's signature, or an idempotency key of one channel
-    on one instance. Apart from the inbox, so that a restart, which forgets the events it takes back,
-    still knows what it was sent (``store.inbox``)."""
-
-    key = models.CharField(max_length=64, unique=True, editable=False,
-                           help_text="A digest of the signature, or of the channel, instance and key.")
-    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="deliveries")
-    event_id = models.BigIntegerField(help_text="The event it stored; a restart may have deleted it since.")
-    type = models.CharField(max_length=100)
-    payload_digest = models.CharField(max_length=64, help_text="A digest of the payload as canonical JSON.")
-    received_at = models.DateTimeField()
-
-    def __str__(self) -> str:
-        return f"delivery of {self.type} for {self.instance_id}"
+__all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES", "MARKER_KINDS", "Delivery", "Event", "Instance",
+           "InstanceStatus", "InstanceTag", "ParentEndPolicy", "Schedule", "Step", "StepKind", "StepStatus",
+           "WorkerHeartbeat"]

@@ -52,6 +52,13 @@ class StepKind(models.TextChoices):
     PATCH = "patch", "step.patched"
     """A marker, not a step: ``step.patched(change_id)`` was first reached when the journal had nothing
     further, so the instance takes the patched code from there on (``django_workflows.engine.patches``)."""
+    TAGS = "tags", "step.set_tags"
+    """A marker, not a step: ``step.set_tags(...)`` set these tags, so a replay sets no others
+    (``django_workflows.engine.tag_steps``)."""
+
+
+MARKER_KINDS = (StepKind.PATCH, StepKind.TAGS)
+"""Rows of the journal that are not steps: they take no position among the steps and are never run."""
 
 
 class StepStatus(models.TextChoices):

@@ -7,6 +7,7 @@ conditional updates decide whether a change is allowed; the admin only reports w
 One ModelAdmin for ``Instance``, assembled from a mixin per page: the list (``instance_list``), the
 instance page (``instance_page``), steering from both (``steering``), the approval queue and its
 decisions (``approvals``), discarding from the inbox (``inbox``), and the workflows' pages (``workflows``), over what they share (``base``).
+``WorkflowInstancesInline`` (``subject_inline``) shows an object's instances on the object's own page.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from django_workflows.admin.inbox import InboxDiscard
 from django_workflows.admin.instance_list import InstanceList
 from django_workflows.admin.instance_page import InstancePage
 from django_workflows.admin.steering import Steering
+from django_workflows.admin.subject_inline import WorkflowInstancesInline
 from django_workflows.admin.workflows import WorkflowPages
 from django_workflows.models import Instance
+
+__all__ = ["InstanceAdmin", "WorkflowInstancesInline"]
 
 
 @admin.register(Instance)

@@ -14,6 +14,7 @@ from django.utils.timezone import localtime
 
 from django_workflows import access, counts
 from django_workflows.admin.base import PageMixin, refuse_nul
+from django_workflows.admin.search_filters import SubjectFilter, TagFilter
 from django_workflows.approvals import awaiting_approval
 from django_workflows.definition import registry
 from django_workflows.describe import status_totals
@@ -95,7 +96,7 @@ class InstanceList(PageMixin):
         "updated",
     )
     list_display_links = ("instance_id",)
-    list_filter = (WorkflowFilter, VersionFilter, "status", "created_at")
+    list_filter = (WorkflowFilter, VersionFilter, "status", "created_at", TagFilter, SubjectFilter)
     search_fields = ("instance_id",)
     search_help_text = "An instance id, or its beginning."
     list_per_page = 50

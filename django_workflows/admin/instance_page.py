@@ -177,6 +177,10 @@ class InstancePage(PageMixin):
 
     @staticmethod
     def _step_row(step: Step, data: dict) -> dict:
+        if step.kind == StepKind.TAGS:
+            # A step.set_tags marker: one quiet line saying what it set.
+            result = step.result if isinstance(step.result, dict) else {}
+            return {"step": step, "marker": True, "tags_set": result.get("tags") or {}}
         if step.kind == StepKind.PATCH:
             # A step.patched marker: one quiet line, with no "Restart from here" (it is not a step).
             return {"step": step, "marker": True, "after_steps": data.get("after_steps"),

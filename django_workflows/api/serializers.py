@@ -79,6 +79,10 @@ class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
     retention = RetentionInputSerializer(
         required=False, allow_null=True,
         help_text="How long the instance is kept once finished, by how it ended, instead of RETENTION_DAYS.")
+    tags = serializers.DictField(
+        required=False, allow_null=True, child=serializers.JSONField(),
+        help_text="Tags it is searched by: {\"tenant\": \"acme\"}, keys of 1 to 64 letters, digits, '_' "
+                  "and '-', values strings of 1 to 255 characters, at most 32.")
 
 
 class BatchSerializer(serializers.ListSerializer):
@@ -164,9 +168,10 @@ class StepSerializer(Described):
     name = serializers.CharField()
     key = serializers.CharField()
     type = serializers.ChoiceField(
-        choices=["do", "sleep", "waitForEvent", "patch"],
+        choices=["do", "sleep", "waitForEvent", "patch", "tags"],
         help_text="patch: not a step but the marker of a step.patched(change id), named after the change id, "
-                  "that run() took the patched code there.")
+                  "that run() took the patched code there. tags: not a step but the marker of a step.set_tags, "
+                  "its output the tags it set ({tags, after_steps}).")
     status = serializers.CharField()
     start = MomentField(allow_null=True)
     end = MomentField(allow_null=True)
@@ -183,7 +188,7 @@ class StepSerializer(Described):
     deadline = MomentField(required=False, allow_null=True)
     next_attempt = MomentField(required=False, allow_null=True)
     after_steps = serializers.IntegerField(
-        required=False, allow_null=True, help_text="A patch marker's place: how many steps run() had called.")
+        required=False, allow_null=True, help_text="A marker's place: how many steps run() had called.")
 
 
 class EventSerializer(Described):
@@ -211,6 +216,9 @@ class InstanceSummarySerializer(Described):
     waiting_reason = serializers.CharField(
         allow_null=True, help_text="Why a waiting instance cannot run yet, when its steps do not say."
     )
+    subject = serializers.CharField(
+        allow_null=True, help_text="The row it is about, create(subject=...), as app_label.model:pk "
+                                   "(shop.order:42); null when it is about none.")
 
 
 class InstancePageSerializer(Described):
@@ -286,6 +294,8 @@ class RollbackSerializer(Described):
 
 class InstanceSerializer(InstanceSummarySerializer):
     params = serializers.JSONField(allow_null=True)
+    tags = serializers.DictField(child=serializers.CharField(), help_text="Its tags, by key: those given at "
+                                 "create and those step.set_tags set.")
     output = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     rollback = RollbackSerializer(

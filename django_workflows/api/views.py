@@ -21,6 +21,8 @@ from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
 from django_workflows.api.access import APIAccess
+from django_workflows.api.filters import by_subject_and_tags
+from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.pagination import InstancePagination, whole_number
 from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
@@ -190,6 +192,12 @@ class InstanceListView(WorkflowAPIView):
         parameters=[OpenApiParameter("status", str, enum=InstanceStatus.values, required=False),
                     OpenApiParameter("version", str, required=False,
                                      description="Only the instances created under this version."),
+                    OpenApiParameter("subject", str, required=False,
+                                     description="Only the instances about this row: app_label.model:pk "
+                                                 "(shop.order:42)."),
+                    OpenApiParameter("tag.<key>", str, required=False,
+                                     description="Only the instances holding this tag: ?tag.tenant=acme; "
+                                                 "several tags must all match."),
                     OpenApiParameter("page", int, required=False), OpenApiParameter("per_page", int, required=False)],
         responses={200: s.InstancePageSerializer, **errors(400, 401, 403, 404)},
     )
@@ -208,6 +216,7 @@ class InstanceListView(WorkflowAPIView):
                 raise exceptions.WorkflowAPIError(
                     f"A version is at most {MAX_VERSION} printable characters, got {version[:100]!r}.")
             rows = rows.filter(version=version)
+        rows = by_subject_and_tags(rows, request.query_params)
         paginator = InstancePagination()
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response([instance_summary(row) for row in page])
@@ -222,7 +231,8 @@ class InstanceListView(WorkflowAPIView):
         with transaction.atomic():
             created = handle.create(id=serializer.validated_data.get("instance_id"),
                                     params=serializer.validated_data.get("params"),
-                                    retention=serializer.validated_data.get("retention"))
+                                    retention=serializer.validated_data.get("retention"),
+                                    tags=serializer.validated_data.get("tags"))
             self.created_visible([created])
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
                         status=http.HTTP_201_CREATED)

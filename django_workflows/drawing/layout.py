@@ -16,6 +16,8 @@ LABEL_LINE = 14
 EVENT_LANE = 46
 # A step.patched marker is not a step: a thin row, a tick where run() took the patched code.
 PATCH_ROW_HEIGHT = 16
+# The journal rows that are markers, not steps (models.MARKER_KINDS), drawn as thin rows.
+MARKER_TYPES = ("patch", "tags")
 MIN_BAR = 4
 
 

@@ -21,6 +21,7 @@ from django_workflows.drawing.layout import (
     EVENT_LANE,
     LABEL_LINE,
     LABEL_WIDTH,
+    MARKER_TYPES,
     PATCH_ROW_HEIGHT,
     PLOT_WIDTH,
     ROW_HEIGHT,
@@ -80,7 +81,7 @@ class Timeline:
         self.sender_by_step = {event["consumed_by"]: event for event in events if event.get("consumed_by")}
         self.row_tops = [AXIS_HEIGHT]
         for step in steps:
-            if step["type"] == "patch":
+            if step["type"] in MARKER_TYPES:
                 self.row_tops.append(self.row_tops[-1] + PATCH_ROW_HEIGHT)
                 continue
             placed = self.event_label(step)
@@ -160,7 +161,7 @@ class Timeline:
         )
 
     def row(self, canvas: Canvas, index: int, step: dict) -> None:
-        if step["type"] == "patch":
+        if step["type"] in MARKER_TYPES:
             self.patch_row(canvas, index, step)
             return
         top = self.row_tops[index]
@@ -199,13 +200,14 @@ class Timeline:
             self.wait_row(canvas, step, middle)
 
     def patch_row(self, canvas: Canvas, index: int, step: dict) -> None:
-        """A step.patched marker: a thin row with its key in small quiet type, and a tick on the axis
+        """A marker (step.patched's, step.set_tags's): a thin row with its key in small quiet type, and a tick on the axis
         where run() first reached it and took the patched code."""
         top, bottom = self.row_tops[index], self.row_tops[index + 1]
         middle = (top + bottom) / 2
         canvas.rect(0, top, WIDTH, bottom - top, class_="dw-row dw-row-patch")
         label = f"{self.first_number + index}. {step['key']}"
-        title = f"{label} · not a step: run() took the code that step.patched guards from here"
+        title = (f"{label} · not a step: step.set_tags set tags here" if step["type"] == "tags" else
+                 f"{label} · not a step: run() took the code that step.patched guards from here")
         canvas.text(26, middle + 3.5, fit(label, LABEL_WIDTH - 40), class_="dw-patch-label", title=title)
         x = self.scale.x(step["start"])
         canvas.line(x, top + 3, x, bottom - 3, class_="dw-patch-mark", title=f"{step['key']}: {self.at(step['start'])}")

@@ -107,12 +107,13 @@ class EventLoopRun:
         replay = self.replay
         # step.patched answers at once, from the journal in memory; a marker it must write waits until
         # the loop is idle, before any step called after it is settled.
-        replay.patches.deferred = True
+        replay.patches.deferred = replay.tags.deferred = True
         try:
             suspended_rounds = 0
             while True:
                 self._run_until_idle()
                 replay.patches.write_pending_markers()
+                replay.tags.write_pending_markers()
                 if main.done():
                     return _outcome(main)
                 waiting = self.called = [called for called in self.called if not called.future.done()]
@@ -128,7 +129,7 @@ class EventLoopRun:
                     self.replay.suspended = _merged([called.parked for called in waiting if called.parked])
                     self._raise_into(waiting, self.replay.suspended)
         finally:
-            replay.patches.deferred = False
+            replay.patches.deferred = replay.tags.deferred = False
             self._close()
 
     # Rounds.

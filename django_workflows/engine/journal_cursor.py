@@ -5,7 +5,8 @@ A step's key is its name and how many times run() has called that name so far in
 calls must be the n-th step journaled, and of the same kind: otherwise the code changed under the
 instance (a step renamed, removed, inserted or reordered), which is a ``NonDeterminismError``. A step
 is looked up once per replay, where run() first reaches it, which is what its position is measured
-from. ``step.patched``'s markers are rows of the journal but not steps: they take no position.
+from. The markers of ``step.patched`` and ``step.set_tags`` are rows of the journal but not steps: they
+take no position.
 
 The cursor only reads what it is given and counts: it runs no query and writes nothing, so these rules
 are tested on their own (``tests/unit/test_journal_cursor.py``). The replay turns the errors it raises
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from django_workflows.conf import HARD_STEP_LIMIT
 from django_workflows.errors import NonDeterminismError, StepLimitExceeded
-from django_workflows.models import StepKind
+from django_workflows.models import MARKER_KINDS
 from django_workflows.store.journal import Entry
 
 
@@ -105,7 +106,7 @@ class JournalCursor:
         if self._order is None:
             # Rows are written in the order run() called the steps, and ids grow with each write.
             self._order = [key for key, entry in sorted(self.journal.items(), key=lambda item: item[1].id)
-                           if entry.kind != StepKind.PATCH]
+                           if entry.kind not in MARKER_KINDS]
         return self._order
 
     def patch_answer(self, key: str, change_id: str) -> bool | None:

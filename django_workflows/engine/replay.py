@@ -49,6 +49,7 @@ from django_workflows.engine.replay_costs import ReplayCosts
 from django_workflows.engine.replay_endings import Endings
 from django_workflows.engine.replay_outcome import Ending, Outcome, decide
 from django_workflows.engine.rollbacks import UndoSteps
+from django_workflows.engine.tag_steps import TagSteps
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.engine.step_host import Attempt
@@ -153,6 +154,7 @@ class Replay:
         self.waits = WaitSteps(self)
         self.children = ChildSteps(self, self.waits)
         self.patches = PatchSteps(self, self.cursor)
+        self.tags = TagSteps(self, self.cursor)
         self.concurrent = ConcurrentSteps(self, self.steps)
 
     # The outcome of the whole replay.

@@ -21,6 +21,7 @@ from django_workflows.errors import InvalidStepInput, WorkflowError
 from django_workflows.engine.patches import PatchSteps
 from django_workflows.engine.rollbacks import UndoSteps
 from django_workflows.engine.step_functions import StepFunction
+from django_workflows.engine.tag_steps import TagSteps
 from django_workflows.validation import validate_step_name
 from django_workflows.engine.waits import WaitSteps
 
@@ -35,6 +36,7 @@ class ReplaySteps(Protocol):
     waits: WaitSteps
     children: ChildSteps
     patches: PatchSteps
+    tags: TagSteps
     undos: UndoSteps
     concurrent: ConcurrentSteps
 
@@ -153,6 +155,13 @@ class WorkflowStep:
         running code with ``step.patched(change_id)`` (a rolling deploy) needs to take the new path too.
         Once no such worker is left, remove the call: the markers journaled are then passed over."""
         self._replay.call(self._replay.patches.patched, change_id, deprecated=True)
+
+    def set_tags(self, tags: dict[str, str | None] | None = None, /, **more: str | None) -> None:
+        """Tag this instance, ``step.set_tags(stage="shipping")`` (or a dict): each value a string that
+        lists filter on (``Instance.objects.tagged``, ``?tag.stage=shipping``), or None to remove the tag;
+        other tags are kept. Journaled, so every replay sets the same; not a step, and not awaited in
+        ``async def run``. See ``django_workflows.engine.tag_steps``."""
+        self._replay.call(self._replay.tags.set_tags, {**(tags or {}), **more})
 
     step_function_class = StepFunction
 

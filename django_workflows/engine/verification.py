@@ -22,6 +22,7 @@ from django_workflows.engine.patches import PatchSteps
 from django_workflows.engine.replay import Replay
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.store.journal_entries import Entry, load
+from django_workflows.engine.tag_steps import TagSteps
 from django_workflows.store.leases import Claim
 
 _FINISHED_STEP = (StepStatus.SUCCEEDED, StepStatus.FAILED)
@@ -59,12 +60,19 @@ class _Verification(Replay):
     def __init__(self, claim: Claim):
         super().__init__(claim)
         self.patches = _UnwrittenPatches(self, self.cursor)
+        self.tags = _UnwrittenTags(self, self.cursor)
 
 
 class _UnwrittenPatches(PatchSteps):
     def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:
         # A real replay would journal the marker and take the new path, as this one does: nothing is
         # written, and the next step the journal has not finished stops it.
+        pass
+
+
+class _UnwrittenTags(TagSteps):
+    def write(self, marker: dict) -> None:
+        # Verifying reads the journal and changes nothing, tags included.
         pass
 
 

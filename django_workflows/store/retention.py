@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 from django_workflows import clock
 from django_workflows.conf import workflow_settings
-from django_workflows.models import FINISHED_STATUSES, Delivery, Event, Instance, InstanceStatus, Step
+from django_workflows.models import FINISHED_STATUSES, Delivery, Event, Instance, InstanceStatus, InstanceTag, Step
 
 
 def own_purge_at(status: str, ended_at: datetime, success_retention: timedelta | None,
@@ -96,7 +96,7 @@ def next_purge_batch(due: QuerySet[Instance]) -> list[int]:
 
 
 def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
-    """Delete those of the instances ``pks`` that are still ``due``, with their inbox and journal, in
+    """Delete those of the instances ``pks`` that are still ``due``, with their inbox, journal and tags, in
     one transaction; return how many instances were deleted.
 
     Each DELETE re-checks the instance's status and retention itself (``... WHERE instance_id IN
@@ -120,6 +120,7 @@ def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
         # The inbox and what it was sent first (a consumed event points at its step), then the journal, then the instances.
         Event.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         Delivery.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
+        InstanceTag.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         Step.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         return still_due._raw_delete(alias)
 

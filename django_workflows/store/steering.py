@@ -7,6 +7,7 @@ not. Terminate and restart bump the epoch: a replay running meanwhile has its ne
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from django.db import IntegrityError, connections, router, transaction
@@ -18,6 +19,7 @@ from django_workflows.errors import InstanceTerminated
 from django_workflows.executors import enqueue, enqueue_many, get_executor
 from django_workflows.models import Event, Instance, InstanceStatus, ParentEndPolicy, Step
 from django_workflows.store import children, retention
+from django_workflows.store import tags as instance_tags
 from django_workflows.transitions import PAUSE, TERMINATE
 
 
@@ -29,15 +31,17 @@ def _rows(pk: int) -> QuerySet[Instance]:
     return Instance.objects.filter(pk=pk)
 
 
-def insert(instance: Instance) -> None:
-    """Insert a new instance and queue its first replay; an id its workflow already has raises
-    ``IntegrityError`` and changes nothing."""
+def insert(instance: Instance, tags: Mapping[str, str] | None = None) -> None:
+    """Insert a new instance with its ``tags`` and queue its first replay; an id its workflow already has
+    raises ``IntegrityError`` and changes nothing."""
     alias = _alias()
-    if get_executor().enqueues_in_transaction or connections[alias].in_atomic_block:
-        # The replay's task commits with the instance; inside the caller's transaction, a
-        # savepoint keeps a duplicate id from breaking it.
+    if tags or get_executor().enqueues_in_transaction or connections[alias].in_atomic_block:
+        # The replay's task (and the tags, which a tenancy rule may read) commit with the instance;
+        # inside the caller's transaction, a savepoint keeps a duplicate id from breaking it.
         with transaction.atomic(using=alias):
             instance.save(force_insert=True)
+            if tags:
+                instance_tags.write(instance.pk, tags)
             enqueue(instance.pk)
     else:
         # One INSERT in autocommit, and the replay is asked for once it has committed.

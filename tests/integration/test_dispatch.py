@@ -385,12 +385,12 @@ def test_retention_deletes_in_batches_with_a_bounded_number_of_statements_and_re
     # statement may read the journal into Python.
     assert not [sql for sql in statements if sql.startswith("SELECT") and f"FROM {step_table}" in sql]
     # One read for instances whose own retention ran out (none here), then three batches (2, 2, 1) by
-    # the setting: each is read once (and, on PostgreSQL, its instances locked once), then four
-    # DELETEs (the inbox, its deliveries, the journal, the instances), each re-checking the instances'
-    # status and end time itself.
+    # the setting: each is read once (and, on PostgreSQL, its instances locked once), then five
+    # DELETEs (the inbox, its deliveries, the tags, the journal, the instances), each re-checking the
+    # instances' status and end time itself.
     deletes = [sql for sql in statements if sql.startswith("DELETE")]
     selects = [sql for sql in statements if sql.startswith("SELECT")]
-    assert len(deletes) == 3 * 4
+    assert len(deletes) == 3 * 5
     assert len(selects) == 1 + 3 * (2 if connection.vendor == "postgresql" else 1)
     assert len(statements) == len(deletes) + len(selects)
     assert all('"status" IN' in sql and '"ended_at" <' in sql for sql in deletes), deletes

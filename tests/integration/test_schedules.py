@@ -223,7 +223,7 @@ def test_catch_up_after_downtime(env, define, caplog, policy, created, skipped):
     Scheduler().run_due(env.now)  # a worker saw the schedule at 07:30, then every worker was down
     env.clock.set(at(2026, 3, 2, 12, 30))
     back = Scheduler()
-    with caplog.at_level(logging.WARNING, logger="django_workflows.cron"):
+    with caplog.at_level(logging.WARNING, logger="django_workflows.schedules"):
         back.run_due(env.now)
     assert slots_of(f"down-{policy}") == [at(2026, 3, 2, hour) for hour in created]
     assert ("skipped slots missed" in caplog.text) is skipped
@@ -501,7 +501,7 @@ def test_e020_stops_manage_py_check_and_the_worker_runs_the_other_schedules(env,
     with pytest.raises(SystemCheckError, match="E021"):
         call_command("check")
     scheduler = Scheduler()
-    with caplog.at_level(logging.ERROR, logger="django_workflows.cron"):
+    with caplog.at_level(logging.ERROR, logger="django_workflows.schedules"):
         scheduler.run_due(env.now)
     assert "Schedules not run: bad-minute" in caplog.text
     assert list(Schedule.objects.values_list("workflow_name", flat=True)) == ["good-minute"]
@@ -520,7 +520,7 @@ def test_e023_schedules_without_croniter_say_which_extra_to_install(env, define,
     [message] = WorkflowOptions.of(cls).problems
     assert message.id == "django_workflows.E024"
     assert "pip install 'django-durable-workflows[cron]'" in message.msg
-    with caplog.at_level(logging.ERROR, logger="django_workflows.cron"):
+    with caplog.at_level(logging.ERROR, logger="django_workflows.schedules"):
         assert Scheduler().run_due(env.now) == 0
     assert "django-durable-workflows[cron]" in caplog.text and not Schedule.objects.exists()
     with pytest.raises(CommandError, match=r"django-durable-workflows\[cron\]"):

@@ -18,12 +18,21 @@ from django_workflows.describe import (
     instance_summary,
     workflow_status_totals,
 )
-from django_workflows.errors import InstanceNotFound, WorkflowError
+from django_workflows.errors import InstanceNotFound, InvalidTags, WorkflowError
 from django_workflows.models import Instance, InstanceStatus
+from django_workflows.tags import parse_tag_filter
 from django_workflows.transitions import TRANSITIONS
 
 AS_USER = ("Act as this Django user: only the instances they may see and steer (their permissions, and the "
            "project's INSTANCE_ACCESS rule). Without it, the account that runs the command sees everything.")
+
+
+def tag_argument(text: str) -> tuple[str, str]:
+    """An argparse ``type``: ``KEY=VALUE`` as a tag, or a usage error that says the rule."""
+    try:
+        return parse_tag_filter(text, "")
+    except InvalidTags as exc:
+        raise argparse.ArgumentTypeError(str(exc).lstrip(" :")) from None
 
 
 class Command(BaseCommand):
@@ -56,6 +65,8 @@ class Command(BaseCommand):
                              help="The instance's params, as JSON (default: null).")
         trigger.add_argument("--id", dest="instance_id", metavar="ID", default=None,
                              help="The instance id (default: a new UUID); an existing id is an error.")
+        trigger.add_argument("--tag", dest="tags", metavar="KEY=VALUE", action="append", type=tag_argument,
+                             default=[], help="A tag of the instance (tenant=acme); repeat for more.")
         for outcome, ended in (("success", "complete"), ("error", "errored or terminated")):
             trigger.add_argument(f"--retention-{outcome}", metavar="DURATION", type=cli.duration_argument,
                                  default=None,
@@ -76,6 +87,11 @@ class Command(BaseCommand):
         listing = actions.add_parser("list", parents=[output], help="A workflow's instances, newest first.")
         listing.add_argument("name", metavar="NAME")
         listing.add_argument("--status", choices=InstanceStatus.values, default=None)
+        listing.add_argument("--subject", metavar="APP.MODEL:PK", default=None,
+                             help="Only the instances about this row (shop.order:42).")
+        listing.add_argument("--tag", dest="tags", metavar="KEY=VALUE", action="append", type=tag_argument,
+                             default=[], help="Only the instances holding this tag (tenant=acme); repeat for "
+                                              "more, all of which must match.")
         listing.add_argument("--limit", type=cli.positive_int, default=50,
                              help="At most this many (default 50).")
         listing.add_argument("--user", metavar="USERNAME", default=None, help=AS_USER)
@@ -146,7 +162,7 @@ class Command(BaseCommand):
         retention = {outcome: options[f"retention_{outcome}"] for outcome in ("success", "error")
                      if options[f"retention_{outcome}"] is not None}
         handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"],
-                                                       retention=retention or None)
+                                                       retention=retention or None, tags=dict(options["tags"]))
         self.show(describe_instance(cli.instance_row(handle)), handle.id)
 
     def schedules(self, options):
@@ -182,6 +198,10 @@ class Command(BaseCommand):
         rows = cli.visible_instances(name, self.user(options)).order_by("-created_at", "-id")
         if options["status"]:
             rows = rows.filter(status=options["status"])
+        if options["subject"] is not None:
+            rows = rows.for_subject(options["subject"])
+        if options["tags"]:
+            rows = rows.tagged(dict(options["tags"]))
         limit = options["limit"]
         # One row past the limit tells whether there are more, without counting them all.
         found = list(rows[: limit + 1])

@@ -27,7 +27,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet, Valu
 if TYPE_CHECKING:
     from django.db.models.expressions import CombinedExpression
 
-from django_workflows import clock
+from django_workflows import clock, large_values
 from django_workflows.conf import workflow_settings
 from django_workflows.models import FINISHED_STATUSES, Delivery, Event, Instance, InstanceStatus, Step
 
@@ -117,6 +117,9 @@ def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
             if not pks:
                 return 0
         still_due = due.filter(pk__in=pks)
+        # Their large values' files go once the rows have: a file is never missing for a row kept.
+        deleting = list(still_due.values_list("pk", flat=True))
+        transaction.on_commit(lambda: large_values.delete_files(deleting), using=alias)
         # The inbox and what it was sent first (a consumed event points at its step), then the journal, then the instances.
         Event.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         Delivery.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)

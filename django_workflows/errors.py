@@ -225,6 +225,12 @@ class InboxFull(WorkflowError):
     code, http_status = "inbox_full", 429
 
 
+class InvalidFilter(WorkflowError, ValueError):
+    """A bulk steering filter (``where``) names no known filter, or gives a value it cannot take."""
+
+    code, http_status = "invalid_filter", 400
+
+
 class InvalidParams(WorkflowError, ValueError):
     """An instance id or params are not acceptable."""
 

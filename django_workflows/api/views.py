@@ -21,8 +21,8 @@ from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
 from django_workflows.api.access import APIAccess
-from django_workflows.api.references import with_addresses
 from django_workflows.api.pagination import InstancePagination, whole_number
+from django_workflows.api.references import with_addresses
 from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry

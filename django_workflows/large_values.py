@@ -144,6 +144,20 @@ def read_text(reference: StoredValue, where: Callable[[], str], check_size: bool
     return content.decode("utf-8")
 
 
+def instances_with_files(instance_pks: Iterable[int]) -> list[int]:
+    """Those of ``instance_pks`` that have files in the storage: one listing of its folder."""
+    storage = storages[workflow_settings.LARGE_VALUE_STORAGE]
+    # Listed, not asked whether it exists: an object store (S3) has no folders to exist.
+    try:
+        folders = set(storage.listdir(FOLDER)[0])
+    except FileNotFoundError:
+        return []
+    except (OSError, NotImplementedError) as exc:
+        logger.warning("Could not list the stored values in %r: %s", FOLDER, exc)
+        return []
+    return [pk for pk in instance_pks if str(pk) in folders]
+
+
 def delete_files(instance_pks: Iterable[int], alias: str | None = None) -> None:
     """Delete the files of these instances (once their rows are deleted). Files of a storage alias no
     longer configured, or that cannot be listed, are logged and left: retention carries on."""
@@ -151,12 +165,12 @@ def delete_files(instance_pks: Iterable[int], alias: str | None = None) -> None:
     for pk in instance_pks:
         folder = f"{FOLDER}/{pk}"
         try:
-            if not storage.exists(folder):
-                continue
             _, files = storage.listdir(folder)
             for name in files:
                 storage.delete(f"{folder}/{name}")
             _remove_empty_folder(storage, folder)
+        except FileNotFoundError:
+            continue
         except (OSError, NotImplementedError) as exc:
             logger.warning("Could not delete the stored values of instance %s: %s", pk, exc)
 

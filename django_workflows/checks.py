@@ -20,7 +20,8 @@ from django_workflows.options import (
 from django_workflows.engine.policy import validate_config
 from django_workflows.webhook_secrets import MIN_SECRET_LENGTH, secret_problem, secret_weakness
 
-SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "MAX_PENDING_EVENTS",
+SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LARGE_VALUE_THRESHOLD",
+                 "MAX_PENDING_EVENTS",
                  "MAX_PENDING_EVENTS_PER_SENDER", "MAX_PENDING_EVENTS_PER_TYPE",
                  "LEASE_SECONDS", "POISON_LIMIT", "WAKE_BATCH", "REPLAY_BATCH", "REPLAY_THREADS", "RETENTION_BATCH",
                  "REDISPATCH_SECONDS", "HEARTBEAT_STALE_SECONDS", "WEDGE_SECONDS")
@@ -97,6 +98,14 @@ def check_settings(app_configs=None, **kwargs):
                 hint=f"The default is {DEFAULTS[key]}.",
                 id="django_workflows.E006",
             ))
+    storage = workflow_settings.LARGE_VALUE_STORAGE
+    if not isinstance(storage, str) or storage not in settings.STORAGES:
+        messages.append(Error(
+            f"DJANGO_WORKFLOWS['LARGE_VALUE_STORAGE'] is {storage!r}, which is not an alias in STORAGES: large "
+            "step results, outputs and event payloads could not be written.",
+            hint=f"Name one of {sorted(settings.STORAGES)} (the default is 'default'), or add it to STORAGES.",
+            id="django_workflows.E030",
+        ))
     for key in INTERVAL_SETTINGS:
         value = getattr(workflow_settings, key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 60:

@@ -39,10 +39,17 @@ DEFAULTS: dict[str, Any] = {
     # unless its workflow class sets its own ``version``; None records none. Read it from the
     # environment in settings.py: os.environ.get("RELEASE").
     "VERSION": None,
-    # Bytes of a step result, once encoded as JSON.
+    # Bytes of a step result or an output, once encoded as JSON: the most that may be stored at all
+    # (a larger value fails its step). Values over LARGE_VALUE_THRESHOLD go to file storage, so this
+    # may be raised well past 1 MiB.
     "MAX_STEP_RESULT_SIZE": MIB,
-    # Bytes of an event payload, once encoded as JSON.
+    # Bytes of an event payload, once encoded as JSON: the most that may be sent at all.
     "MAX_EVENT_PAYLOAD_SIZE": MIB,
+    # Bytes of JSON over which a step result, an output or an event payload is written to file storage,
+    # the journal keeping a reference (its name, size and SHA-256): see django_workflows.large_values.
+    "LARGE_VALUE_THRESHOLD": 256 * 1024,
+    # The alias in Django's STORAGES that large values are written to.
+    "LARGE_VALUE_STORAGE": "default",
     # Bytes of an instance's params, once encoded as JSON.
     "MAX_PARAMS_SIZE": MIB,
     # Events an instance's inbox may hold unconsumed; one more is refused (the API's 429 inbox_full).

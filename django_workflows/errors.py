@@ -88,6 +88,13 @@ class StepResultError(WorkflowError):
     """A step returned a value that cannot be journaled (not JSON, or too large)."""
 
 
+class StoredValueError(WorkflowError):
+    """A large value kept in file storage cannot be read back as it was written: its file is missing,
+    changed, or its storage cannot be reached. The message names the instance, the step and the file."""
+
+    code, http_status = "stored_value_unreadable", 410
+
+
 class NonDeterminismError(WorkflowError):
     """The replay met a journaled step with a different kind: ``run()`` is not deterministic."""
 
@@ -216,6 +223,12 @@ class InboxFull(WorkflowError):
     """The instance's inbox holds ``MAX_PENDING_EVENTS`` unconsumed events: no more are stored."""
 
     code, http_status = "inbox_full", 429
+
+
+class InvalidFilter(WorkflowError, ValueError):
+    """A bulk steering filter (``where``) names no known filter, or gives a value it cannot take."""
+
+    code, http_status = "invalid_filter", 400
 
 
 class InvalidParams(WorkflowError, ValueError):

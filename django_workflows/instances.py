@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, declared_events, lifecycle, sending, signals, subjects
+from django_workflows import clock, declared_events, large_values, lifecycle, sending, signals, subjects
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.durations import parse_duration
@@ -249,6 +249,7 @@ class InstanceHandle:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
         rollback = rollback_of(row["error"])
+        row["output"] = large_values.load(row["output"], lambda: f"instance {self.workflow_name}/{self.id}, output")
         return row if rollback is None else {**row, "rollback": rollback}
 
     def pause(self) -> None:

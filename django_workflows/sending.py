@@ -18,11 +18,13 @@ workflow's class, which holds the declaration, is looked up once for all of it.
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from django.db import IntegrityError
 
-from django_workflows import access, audit, clock, declared_events
+from django_workflows import access, audit, clock, declared_events, large_values
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.errors import (
@@ -80,7 +82,7 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
     trusted = user is None and channel == declared_events.PYTHON
     if not trusted:
         _authorize(rules, instance.workflow_name, type, channel, user)
-    _check_payload(type, payload)
+    payload_text = _check_payload(type, payload)
     declared_events.check_arrival(rules, instance.workflow_name, type, payload)
     if sender is None:
         sender = "" if user is None else audit.user_sender(channel, user)
@@ -98,7 +100,8 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
             return SentEvent(first, sender, repeated=True)
     quotas = _quotas(options, type, channel, trusted)
     try:
-        stored = _store(instance, type, payload, sender, [d for d in (signed, keyed) if d is not None], quotas)
+        stored = _store(instance, type, _inbox_payload(instance, payload, payload_text), sender,
+                        [d for d in (signed, keyed) if d is not None], quotas)
     except IntegrityError:
         # The unique delivery key decides, not a look beforehand: a concurrent twin of this request may
         # have been stored in between.
@@ -158,12 +161,18 @@ def _authorize(rules, workflow_name: str, event_type: str, channel: str, user) -
     declared_events.authorize(rules, event_type, channel, user)
 
 
-def _check_payload(event_type: str, payload: Any) -> None:
+def _check_payload(event_type: str, payload: Any) -> str:
     try:
-        encode(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE)
+        return encode(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE)[0]
     except NotJournalable as exc:
         refusal = EventTooLarge if exc.too_large else InvalidEvent
         raise refusal(f"The payload of event {event_type!r} {exc}", too_large=exc.too_large) from None
+
+
+def _inbox_payload(instance, payload: Any, text: str) -> Any:
+    """The payload as the inbox keeps it: itself, or a reference to the file a large one went to."""
+    kept = large_values.offload(text, instance.pk)
+    return payload if kept is text else json.loads(kept)
 
 
 def _duplicate(instance, type, signed: inbox.Received) -> DuplicateDelivery:  # noqa: A002

@@ -142,6 +142,9 @@ TASKS = {
 
 # The refund workflow (tests/testapp) takes its provider's webhooks: a project declaring webhook types
 # names their secret (system check W112). Tests of the webhook endpoint set their own.
+# Large values (LARGE_VALUE_THRESHOLD) are written to the default storage: a folder of this run's, never
+# the working directory.
+MEDIA_ROOT = tempfile.mkdtemp(prefix="django-workflows-test-media-")
 DJANGO_WORKFLOWS = {"WEBHOOK_SECRETS": {"refund": "whsec_test_refund_provider_secret"}}
 if os.environ.get("TEST_WORKFLOWS_SETTINGS"):
     import json

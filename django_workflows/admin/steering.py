@@ -14,7 +14,7 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.http import require_POST
 from django.urls import reverse
 
-from django_workflows import access
+from django_workflows import access, audit, bulk_steering
 from django_workflows.admin.base import PageMixin, handle_for
 from django_workflows.errors import InvalidTransition, WorkflowError
 from django_workflows.models import Instance, InstanceQuerySet
@@ -90,15 +90,14 @@ class Steering(PageMixin):
     # Bulk actions on the list.
 
     def steer_selected(self, request: HttpRequest, queryset: InstanceQuerySet, action: str) -> None:
-        done, refused = [], []
-        for instance in access.scope(queryset.for_steering(), request.user, access.STEER):
-            try:
-                getattr(handle_for(instance), action)()
-            except WorkflowError as exc:
-                refused.append(str(exc))
-            else:
-                done.append(str(instance))
-                self.log_change(request, instance, f"{TRANSITIONS[action].past.capitalize()} from the list.")
+        # The selection as it is, whatever the status of each: one the change does not apply to is
+        # reported as refused, where the API and the command line select by the transitions table.
+        outcome = bulk_steering.steer(
+            action, access.scope(queryset.for_steering(), request.user, access.STEER).order_by("pk"),
+            who=audit.user_sender("admin", request.user),
+            done=lambda row: self.log_change(request, row, f"{TRANSITIONS[action].past.capitalize()} from the list."))
+        done = [str(row) for row in outcome.changed]
+        refused = [message for _, message in outcome.refused]
         if done:
             self.message_user(
                 request,

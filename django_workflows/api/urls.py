@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from django_workflows.api import views
+from django_workflows.api import bulk, stored_values, views
 from django_workflows.api.schema import SchemaView, schema_ui
 
 app_name = "django_workflows_api"
@@ -13,8 +13,11 @@ operations = [
     path("<str:name>/", views.WorkflowDetailView.as_view(), name="workflow-detail"),
     path("<str:name>/instances/", views.InstanceListView.as_view(), name="instance-list"),
     path("<str:name>/instances/batch/", views.InstanceBatchView.as_view(), name="instance-batch"),
+    path("<str:name>/instances/bulk/", bulk.InstanceBulkView.as_view(), name="instance-bulk"),
     path("<str:name>/instances/<str:instance_id>/", views.InstanceDetailView.as_view(), name="instance-detail"),
     path("<str:name>/instances/<str:instance_id>/status/", views.InstanceStatusView.as_view(), name="instance-status"),
+    path("<str:name>/instances/<str:instance_id>/values/<str:sha256>/", stored_values.InstanceValueView.as_view(),
+         name="instance-value"),
     path("<str:name>/instances/<str:instance_id>/events/<str:event_type>/", views.InstanceEventView.as_view(),
          name="instance-event"),
     path("<str:name>/instances/<str:instance_id>/webhooks/<str:event_type>/", views.WebhookView.as_view(),

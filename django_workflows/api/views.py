@@ -24,6 +24,7 @@ from django_workflows.api.access import APIAccess
 from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.pagination import InstancePagination, whole_number
+from django_workflows.api.references import with_addresses
 from django_workflows.api.schema import operation
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
@@ -277,7 +278,7 @@ class InstanceDetailView(WorkflowAPIView):
                     f"{parameter} must be a whole number from 1 to {high}, got {raw[:100]!r}.", "invalid_page")
             pages[parameter] = default if raw is None else int(raw)
         described = describe_instance(self.instance(name, instance_id), **pages)
-        return Response(s.InstanceSerializer(described).data)
+        return Response(s.InstanceSerializer(with_addresses(described, request)).data)
 
 
 class InstanceStatusView(WorkflowAPIView):

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_workflows import clock, telemetry
+from django_workflows import clock, large_values, telemetry
 
 from django_workflows.engine import atomic_steps, rollbacks
 from django_workflows.conf import workflow_settings
@@ -91,10 +91,11 @@ class DoSteps:
         entry = host.lookup(key, StepKind.DO)
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             host.count_step(key, journaled=True)
+            result = large_values.load(entry.result, lambda: f"instance {host.instance}, step {key!r}")
             if undo is not None:
-                self.undos.remember(name, key, undo, undo_config, entry.result, _policy(name, config),
+                self.undos.remember(name, key, undo, undo_config, result, _policy(name, config),
                                     len(entry.attempts))
-            return True, entry.result
+            return True, result
         if entry is not None and entry.status == StepStatus.FAILED:
             host.count_step(key, journaled=True)
             assert entry.error is not None  # a failed step's row has its error
@@ -137,6 +138,7 @@ class DoSteps:
                 returned = telemetry.run_in_span(span, call_with_timeout, functools.partial(meter.run, body),
                                                  timeout, journal, callers)
             text, value = encode(returned, self.result_limit)
+            text = large_values.offload(text, host.instance.pk)
         except AttemptTimedOut:
             failure = StepTimeoutError(
                 f"Step {pending.name!r}: attempt {number} ran past its timeout of {pending.policy.timeout}",

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_workflows import clock, lifecycle
+from django_workflows import clock, large_values, lifecycle
 from django_workflows.control_flow import Fenced, StoreError, Suspend
 from django_workflows.definition import registry
 from django_workflows.error_journal import describe_error, instance_error
@@ -84,8 +84,10 @@ class Endings:
             text, _ = encode(output, result_limit)
         except NotJournalable as exc:
             return self.errored(StepResultError(f"The output of run() {exc}"), "")
+        # A parent receives the output itself, not a reference to a file that is deleted with this
+        # child, which may be before the parent stops replaying.
         self._end(InstanceStatus.COMPLETE, end_output=json.loads(text) if self.instance.parent_id else None,
-                  output=encoded(text), current_step="")
+                  output=encoded(large_values.offload(text, self.instance.pk)), current_step="")
         self.report.completed(output)
         return InstanceStatus.COMPLETE
 

@@ -5,10 +5,11 @@ A collaborator of the replay (``step_host``); a child's wait for its end (``chil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_workflows import clock
+from django_workflows import clock, large_values
 from django_workflows.control_flow import Suspend
 from django_workflows.definition import WorkflowStepEvent
 from django_workflows.durations import parse_duration
@@ -158,7 +159,7 @@ class WaitSteps:
                 step=name,
             ))
         if entry is not None and finished(entry):
-            return _step_event(entry.result)
+            return _step_event(entry.result, lambda: f"instance {host.instance}, step {key!r}")
         row = WaitRow(key, name, entry, types, delta)
         received = self.consume(row)
         if received is not None:
@@ -198,7 +199,9 @@ class WaitSteps:
         if taken is None:
             return None
         event, status = taken
-        received = WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
+        # The journal keeps the event as the inbox held it: a large payload, by its reference.
+        payload = large_values.load(event.payload, lambda: f"instance {host.instance}, step {row.key!r}")
+        received = WorkflowStepEvent(type=event.type, payload=payload, timestamp=event.received_at)
         host.report.step_succeeded(row.key, row.name, StepKind.WAIT, None, received)
         host.after_write(status, row.key)
         return received
@@ -208,10 +211,9 @@ def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:
     return entry.wake_at - entry.started_at if entry.wake_at and entry.started_at else fallback
 
 
-def _step_event(result: dict) -> WorkflowStepEvent:
-    return WorkflowStepEvent(
-        type=result["type"], payload=result["payload"], timestamp=datetime.fromisoformat(result["timestamp"])
-    )
+def _step_event(result: dict, where: Callable[[], str]) -> WorkflowStepEvent:
+    return WorkflowStepEvent(type=result["type"], payload=large_values.load(result["payload"], where),
+                             timestamp=datetime.fromisoformat(result["timestamp"]))
 
 
 def _as_wake_time(name: str, value) -> datetime:

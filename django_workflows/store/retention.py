@@ -27,7 +27,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet, Valu
 if TYPE_CHECKING:
     from django.db.models.expressions import CombinedExpression
 
-from django_workflows import clock
+from django_workflows import clock, large_values
 from django_workflows.conf import workflow_settings
 from django_workflows.models import FINISHED_STATUSES, Delivery, Event, Instance, InstanceStatus, InstanceTag, Step
 
@@ -117,12 +117,23 @@ def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
             if not pks:
                 return 0
         still_due = due.filter(pk__in=pks)
+        candidates = list(pks)
+        transaction.on_commit(lambda: _delete_files(candidates), using=alias)
         # The inbox and what it was sent first (a consumed event points at its step), then the journal, then the instances.
         Event.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         Delivery.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         InstanceTag.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         Step.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         return still_due._raw_delete(alias)
+
+
+def _delete_files(candidates: list[int]) -> None:
+    """Once the batch committed, delete the large values' files of those instances that are gone: a file
+    is never missing for a row kept (restarted meanwhile). A query only for instances that have files."""
+    with_files = large_values.instances_with_files(candidates)
+    if with_files:
+        kept = set(Instance.objects.filter(pk__in=with_files).values_list("pk", flat=True))
+        large_values.delete_files(pk for pk in with_files if pk not in kept)
 
 
 def _purge(due: QuerySet[Instance], pause: float, stop: threading.Event | None) -> int:

@@ -9,7 +9,7 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import access, cli, clock, declared_events, sending, workflows
+from django_workflows import access, audit, bulk_steering, cli, clock, declared_events, sending, workflows
 from django_workflows.describe import (
     as_numbers,
     describe_instance,
@@ -115,9 +115,20 @@ class Command(BaseCommand):
 
         for action, transition_spec in TRANSITIONS.items():
             transition = actions.add_parser(action, parents=[output], help=transition_spec.summary)
-            transition.add_argument("name", metavar="NAME")
-            transition.add_argument("instance_id", metavar="ID")
+            transition.add_argument("name", metavar="NAME", nargs="?", default=None,
+                                    help="The workflow (with --where, optional: then every workflow's).")
+            transition.add_argument("instance_id", metavar="ID", nargs="?", default=None,
+                                    help="The instance; or leave it out and select instances with --where.")
             transition.add_argument("--user", metavar="USERNAME", default=None, help=AS_USER)
+            transition.add_argument(
+                "--where", metavar="FILTER=VALUE", action="append", default=[],
+                help=f"{action.capitalize()} every instance this selects that the change applies to (repeat it to "
+                     f"combine; VALUE may list alternatives, id=a,b). Filters: "
+                     f"{', '.join(sorted(bulk_steering.FILTERS))}.")
+            transition.add_argument("--dry-run", action="store_true",
+                                    help="With --where: only list the instances that would be changed.")
+            transition.add_argument("--limit", type=cli.positive_int, default=bulk_steering.DEFAULT_BATCH,
+                                    help=f"With --where: at most this many (default {bulk_steering.DEFAULT_BATCH}).")
             if action == "terminate":
                 transition.add_argument("--rollback", action="store_true",
                                         help="First run the undos of the steps that succeeded with one.")
@@ -236,6 +247,13 @@ class Command(BaseCommand):
     def instances_transition(self, options):
         action = options["action"]
         user = self.user(options)
+        if options["where"]:
+            return self.instances_bulk(action, user, options)
+        if options["name"] is None or options["instance_id"] is None:
+            # A usage error, as argparse reports one (exit code 2), with the other way to say it.
+            missing = "NAME, ID" if options["name"] is None else "ID"
+            raise CommandError(f"the following arguments are required: {missing} (the instance to {action}), or "
+                               "select instances with --where FILTER=VALUE.", returncode=2)
         handle = cli.find_handle(options["name"], options["instance_id"], user)
         if user is not None and not (access.holds_model_permission(user, access.STEER)
                                      and access.allows(user, access.STEER, cli.instance_row(handle))):
@@ -250,3 +268,23 @@ class Command(BaseCommand):
         summary = instance_summary(cli.instance_row(handle))
         done = TRANSITIONS[action].past.capitalize()
         self.show(summary, f"{done} {handle.workflow_name}/{handle.id}; it is {summary['status']}.")
+
+    def instances_bulk(self, action: str, user, options):
+        if options["instance_id"] is not None or options.get("from_step") or options.get("rollback"):
+            raise CommandError("--where steers instances as they are: leave out ID, --from-step and --rollback.")
+        where = bulk_steering.parse_where_arguments(options["where"])
+        if options["name"] is not None:
+            where.setdefault("workflow", []).append(workflows.get(options["name"]).name)
+        if user is not None and not access.holds_model_permission(user, access.STEER):
+            raise cli.access_refused(user, access.STEER)
+        instances = bulk_steering.select(action, Instance.objects.filter(bulk_steering.where_filter(where)), user)
+        outcome = bulk_steering.steer(action, instances, dry_run=options["dry_run"], limit=options["limit"],
+                                      who=cli.cli_sender() if user is None else audit.user_sender("cli", user))
+        verb = f"Would {action}" if outcome.dry_run else TRANSITIONS[action].past.capitalize()
+        lines = [f"{verb} {len(outcome.changed)} instance{'s' if len(outcome.changed) != 1 else ''}"
+                 + (": " + ", ".join(map(str, outcome.changed)) if outcome.changed else ".")]
+        lines += [f"Refused {row}: {message}" for row, message in outcome.refused]
+        if outcome.more:
+            lines.append(f"More instances match: run it again (or raise --limit above {options['limit']}).")
+        self.show(outcome.as_dict() | {"ids": [str(row) for row in outcome.changed]}, "\n".join(lines))
+

@@ -1,0 +1,149 @@
+"""Steering many instances at once: pause, resume, terminate or restart those a filter selects.
+
+One way for every surface (the API's ``instances/bulk/``, the command line's ``--where``, the admin's
+actions on the selected rows): the instances are narrowed to those the user may steer
+(``access.scope``), each is changed through its handle (whose conditional update, read from the
+transitions table, decides), and each change is audited as its surface records it.
+
+A filter is a mapping of names to values: ``{"status": "waiting", "id": ["a", "b"]}``; values of one
+name are alternatives, names combine. Each name is looked up in ``FILTERS``, and a dotted name
+(``tag.tenant``) by its first part: a feature that adds a way to find instances (tags, subjects) adds
+its filter there with ``register_filter``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from django_workflows import access
+from django_workflows.errors import InvalidFilter, WorkflowError
+from django_workflows.instances import InstanceHandle
+from django_workflows.models import Instance, InstanceStatus
+from django_workflows.transitions import TRANSITIONS, Transition
+from django_workflows.validation import validate_instance_id
+
+MAX_BATCH = 1000
+"""The most instances one bulk request changes: a larger selection is steered in several requests."""
+DEFAULT_BATCH = 100
+logger = logging.getLogger("django_workflows.audit")
+
+FilterBuilder = Callable[[str, list[str]], Q]
+"""``(name, values) -> Q`` on ``Instance``; raises ``InvalidFilter`` for a value it cannot take."""
+
+
+def _workflow(name: str, values: list[str]) -> Q:
+    return Q(workflow_name__in=values)
+
+
+def _status(name: str, values: list[str]) -> Q:
+    unknown = [v for v in values if v not in InstanceStatus.values]
+    if unknown:
+        raise InvalidFilter(f"status {unknown[0][:100]!r} is not a status; use one of {', '.join(InstanceStatus.values)}.")
+    return Q(status__in=values)
+
+
+def _ids(name: str, values: list[str]) -> Q:
+    for value in values:
+        validate_instance_id(value)
+    return Q(instance_id__in=values)
+
+
+FILTERS: dict[str, FilterBuilder] = {"workflow": _workflow, "status": _status, "id": _ids}
+
+
+def register_filter(name: str, build: FilterBuilder) -> None:
+    """Add a filter: ``name`` (``"subject"``), or a family of dotted names by its first part (``"tag"``
+    takes ``tag.tenant``, ``tag.region``)."""
+    FILTERS[name] = build
+
+
+def where_filter(where: Mapping[str, Any]) -> Q:
+    """The instances ``where`` selects, as a filter on ``Instance``; an empty ``where`` is refused, so
+    that a missing filter never steers every instance."""
+    if not isinstance(where, Mapping) or not where:
+        raise InvalidFilter("Give at least one filter (where), such as {\"status\": \"waiting\"}; "
+                            f"known filters: {', '.join(sorted(FILTERS))}.")
+    selected = Q()
+    for name, raw in where.items():
+        build = FILTERS.get(str(name)) or FILTERS.get(str(name).partition(".")[0] if "." in str(name) else "")
+        if build is None:
+            raise InvalidFilter(f"Unknown filter {str(name)[:100]!r}; known filters: {', '.join(sorted(FILTERS))}.")
+        values = raw if isinstance(raw, list) else [raw]
+        if not values or not all(isinstance(v, str) and v for v in values):
+            raise InvalidFilter(f"Filter {name!r} takes a non-empty string or a list of them, got {raw!r:.100}.")
+        selected &= build(str(name), values)
+    return selected
+
+
+def parse_where_arguments(arguments: Iterable[str]) -> dict[str, list[str]]:
+    """``["status=waiting", "id=a,b"]`` (the command line's ``--where``) as a filter mapping."""
+    where: dict[str, list[str]] = {}
+    for argument in arguments:
+        name, equals, value = argument.partition("=")
+        if not equals or not name.strip() or not value:
+            raise InvalidFilter(f"--where takes NAME=VALUE (VALUE may list alternatives: id=a,b), got {argument!r}.")
+        where.setdefault(name.strip(), []).extend(v for v in value.split(",") if v)
+    return where
+
+
+@dataclass
+class BulkOutcome:
+    """What a bulk change did (or, dry run, would do): the instances changed, and those it could not."""
+
+    action: str
+    dry_run: bool
+    changed: list[Instance] = field(default_factory=list)
+    refused: list[tuple[Instance, str]] = field(default_factory=list)
+    more: bool = False
+    """Whether more instances matched than the batch took: steer again for the rest."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "dry_run": self.dry_run, "count": len(self.changed),
+                "ids": [row.instance_id for row in self.changed],
+                "refused": [{"id": row.instance_id, "message": message} for row, message in self.refused],
+                "more": self.more}
+
+
+def select(action: str, instances: QuerySet[Instance], user: Any) -> QuerySet[Instance]:
+    """The instances of ``instances`` that ``action`` applies to (the transitions table) and ``user``
+    may steer, oldest first, so that repeated batches move through them in a stable order."""
+    transition = transition_for(action)
+    return (access.scope(instances, user, access.STEER).filter(status__in=transition.applies_to)
+            .only("pk", "instance_id", "workflow_name").order_by("pk"))
+
+
+def transition_for(action: str) -> Transition:
+    if action not in TRANSITIONS:
+        raise InvalidFilter(f"Unknown action {str(action)[:100]!r}; use one of {', '.join(TRANSITIONS)}.")
+    return TRANSITIONS[action]
+
+
+def steer(action: str, instances: Iterable[Instance], *, dry_run: bool = False, limit: int | None = None,
+          who: str = "", done: Callable[[Instance], object] | None = None) -> BulkOutcome:
+    """Apply ``action`` to each of ``instances`` (already narrowed by ``select``, or the admin's
+    selection) through its handle, up to ``limit``; ``done`` is called for each change (the admin's
+    log entry) and each is logged to ``django_workflows.audit`` as done by ``who`` ("api:alice")."""
+    transition = transition_for(action)
+    rows = list(instances if limit is None else instances[: limit + 1])  # type: ignore[index]
+    outcome = BulkOutcome(action, dry_run, more=limit is not None and len(rows) > limit)
+    for row in rows[:limit]:
+        if dry_run:
+            outcome.changed.append(row)
+            continue
+        try:
+            getattr(InstanceHandle.from_row(row.workflow_name, row.instance_id, row.pk), transition.action)()
+        except WorkflowError as exc:
+            # Changed meanwhile (InvalidTransition), or gone: the others go on.
+            outcome.refused.append((row, str(exc)))
+        else:
+            outcome.changed.append(row)
+            logger.info("%s %s by %s", transition.past.capitalize(), row, who or "(Python code)",
+                        extra={"action": action, "instance": str(row), "by": who})
+            if done is not None:
+                done(row)
+    return outcome

@@ -29,7 +29,7 @@ from django_workflows.errors import InvalidStepInput, NonRetryableError, StepRes
 from django_workflows.journal_cursor import JournalCursor
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
 from django_workflows.policy import StepPolicy, build_policy, default_policy
-from django_workflows.serialization import NotJournalable, encode
+from django_workflows.serialization import NotJournalable, encode, revive
 from django_workflows.step_functions import wants_context
 from django_workflows.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.journal import Entry, encoded
@@ -89,10 +89,11 @@ class DoSteps:
         entry = host.lookup(key, StepKind.DO)
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             host.count_step(key, journaled=True)
+            result = revive(entry.result) if entry.typed else entry.result
             if undo is not None:
-                self.undos.remember(name, key, undo, undo_config, entry.result, _policy(name, config),
+                self.undos.remember(name, key, undo, undo_config, result, _policy(name, config),
                                     len(entry.attempts))
-            return True, entry.result
+            return True, result
         if entry is not None and entry.status == StepStatus.FAILED:
             host.count_step(key, journaled=True)
             assert entry.error is not None  # a failed step's row has its error

@@ -88,6 +88,19 @@ class StepResultError(WorkflowError):
     """A step returned a value that cannot be journaled (not JSON, or too large)."""
 
 
+class StoredValueUnreadable(WorkflowError):
+    """A journaled value names a class or model this code no longer has (renamed, removed, uninstalled)."""
+
+    code = "stored_value_unreadable"
+
+
+class StoredObjectMissing(StoredValueUnreadable, LookupError):
+    """A journaled model instance (stored as its model and primary key) whose row has since been deleted;
+    ``model`` and ``pk`` say which."""
+
+    code = "stored_object_missing"
+
+
 class NonDeterminismError(WorkflowError):
     """The replay met a journaled step with a different kind: ``run()`` is not deterministic."""
 

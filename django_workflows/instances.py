@@ -29,7 +29,7 @@ from django_workflows.errors import (
 )
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, encode
+from django_workflows.serialization import NotJournalable, dump, revive
 from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.sending import SentEvent
@@ -82,9 +82,10 @@ def parse_retention(retention) -> dict[str, timedelta]:
             if value is not None}
 
 
-def _check_params(instance_id: str, params) -> None:
+def _check_params(instance_id: str, params) -> Any:
+    """``params`` as the instance stores them (typed values in the journal's tagged form)."""
     try:
-        encode(params, workflow_settings.MAX_PARAMS_SIZE)
+        return dump(params, workflow_settings.MAX_PARAMS_SIZE)[1]
     except NotJournalable as exc:
         refusal = ParamsTooLarge if exc.too_large else InvalidParams
         raise refusal(f"The params of instance {instance_id!r} {exc}", too_large=exc.too_large) from None
@@ -102,7 +103,7 @@ class WorkflowHandle:
 
     def _new_instance(self, instance_id, params, retention=None) -> Instance:
         instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
-        _check_params(instance_id, params)
+        params = _check_params(instance_id, params)
         kept = parse_retention(retention)
         now = clock.now()
         return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
@@ -236,6 +237,7 @@ class InstanceHandle:
         if row is None:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
+        row["output"] = revive(row["output"])
         rollback = rollback_of(row["error"])
         return row if rollback is None else {**row, "rollback": rollback}
 

@@ -19,6 +19,7 @@ from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
 from django_workflows.patches import PatchSteps
 from django_workflows.replay import Replay
+from django_workflows.serialization import revive
 from django_workflows.step import WorkflowStep
 from django_workflows.store.journal import load
 from django_workflows.store.leases import Claim
@@ -81,7 +82,7 @@ def verify(instance: Instance) -> Divergence | None:
                   instance.epoch, instance.created_at, instance.crash_count)
     replay = _Verification(claim)
     replay.load_journal(load(instance.pk))
-    event = WorkflowEvent(payload=instance.params, timestamp=instance.created_at,
+    event = WorkflowEvent(payload=revive(instance.params), timestamp=instance.created_at,
                           instance_id=instance.instance_id, workflow_name=instance.workflow_name)
     try:
         workflow = workflow_class()

@@ -15,6 +15,7 @@ from django_workflows.durations import parse_duration
 from django_workflows.error_journal import describe_error, rebuild_error
 from django_workflows.errors import InvalidEvent, InvalidStepInput, WorkflowConfigError, WorkflowTimeoutError
 from django_workflows.models import StepKind, StepStatus
+from django_workflows.serialization import revive
 from django_workflows.step_host import StepHost
 from django_workflows.store.journal import Entry, JournalWriter
 from django_workflows.validation import validate_event_type
@@ -158,7 +159,7 @@ class WaitSteps:
                 step=name,
             ))
         if entry is not None and finished(entry):
-            return _step_event(entry.result)
+            return _step_event(entry.result, entry.typed)
         row = WaitRow(key, name, entry, types, delta)
         received = self.consume(row)
         if received is not None:
@@ -198,7 +199,7 @@ class WaitSteps:
         if taken is None:
             return None
         event, status = taken
-        received = WorkflowStepEvent(type=event.type, payload=event.payload, timestamp=event.received_at)
+        received = WorkflowStepEvent(type=event.type, payload=revive(event.payload), timestamp=event.received_at)
         host.report.step_succeeded(row.key, row.name, StepKind.WAIT, None, received)
         host.after_write(status, row.key)
         return received
@@ -208,10 +209,9 @@ def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:
     return entry.wake_at - entry.started_at if entry.wake_at and entry.started_at else fallback
 
 
-def _step_event(result: dict) -> WorkflowStepEvent:
-    return WorkflowStepEvent(
-        type=result["type"], payload=result["payload"], timestamp=datetime.fromisoformat(result["timestamp"])
-    )
+def _step_event(result: dict, typed: bool) -> WorkflowStepEvent:
+    payload = revive(result["payload"]) if typed else result["payload"]
+    return WorkflowStepEvent(type=result["type"], payload=payload, timestamp=datetime.fromisoformat(result["timestamp"]))
 
 
 def _as_wake_time(name: str, value) -> datetime:

@@ -302,7 +302,8 @@ def check_serializer(app_configs=None, **kwargs):
         samples = list(codec.sample_values())
         codec.reserved_key, codec.marker  # noqa: B018  (what the engine reads of every serializer)
     except Exception as exc:  # the project's dotted path and class: whatever it raises is the problem
-        return [Error(f"DJANGO_WORKFLOWS['SERIALIZER'] cannot be used: {type(exc).__name__}: {exc}.",
+        return [Error(f"DJANGO_WORKFLOWS['SERIALIZER'] ({workflow_settings.SERIALIZER!r}) cannot be used: "
+                      f"{type(exc).__name__}: {exc}.",
                       hint="Name a class like django_workflows.typed_values.TaggedSerializer (dump, load, "
                            "sample_values, reserved_key, marker), or leave the setting out.",
                       id="django_workflows.E035")]

@@ -18,6 +18,7 @@ from django_workflows.options import (
     version_error,
 )
 from django_workflows.engine.policy import validate_config
+from django_workflows.serialization import round_trip_problem
 from django_workflows.webhook_secrets import MIN_SECRET_LENGTH, secret_problem, secret_weakness
 
 SIZE_SETTINGS = ("MAX_STEP_RESULT_SIZE", "MAX_EVENT_PAYLOAD_SIZE", "MAX_PARAMS_SIZE", "LARGE_VALUE_THRESHOLD",
@@ -298,4 +299,30 @@ def check_webhook_secrets(app_configs=None, **kwargs):
                 f"DJANGO_WORKFLOWS['WEBHOOK_SECRETS'] has no secret for it: every delivery is refused.",
                 hint=f"Add WEBHOOK_SECRETS = {{{options.name!r}: <the provider's signing secret>}}.",
                 id="django_workflows.W112"))
+    return messages
+
+
+@register(Tags.compatibility)
+def check_serializer(app_configs=None, **kwargs):
+    """``SERIALIZER``: importable, and every one of its own ``sample_values()`` comes back from the journal
+    equal and of the same type; a serializer that loses types would change what ``run()`` gets on replays."""
+    try:
+        codec = workflow_settings.serializer()
+        samples = list(codec.sample_values())
+        codec.reserved_key, codec.marker  # noqa: B018  (what the engine reads of every serializer)
+    except Exception as exc:  # the project's dotted path and class: whatever it raises is the problem
+        return [Error(f"DJANGO_WORKFLOWS['SERIALIZER'] ({workflow_settings.SERIALIZER!r}) cannot be used: "
+                      f"{type(exc).__name__}: {exc}.",
+                      hint="Name a class like django_workflows.typed_values.TaggedSerializer (dump, load, "
+                           "sample_values, reserved_key, marker), or leave the setting out.",
+                      id="django_workflows.E035")]
+    messages: list[CheckMessage] = []
+    for value in samples:
+        problem = round_trip_problem(codec, value)
+        if problem is not None:
+            messages.append(Error(
+                f"DJANGO_WORKFLOWS['SERIALIZER'] does not round-trip its own sample {value!r}: it {problem}.",
+                hint="Fix its dump()/load() for that type: replays would give run() another value than the "
+                     "first run did.",
+                id="django_workflows.E036"))
     return messages

@@ -116,6 +116,9 @@ DEFAULTS: dict[str, Any] = {
     # OpenTelemetry spans and metrics (django_workflows.telemetry): None, on if opentelemetry-api is
     # installed; True, on, and an error (MissingExtra) if it is not; False, off.
     "OPENTELEMETRY": None,
+    # Dotted path of the class that writes values JSON has no type for (Decimal, datetime, a model
+    # instance...) into the journal and reads them back; see docs/guide/typed-values.md.
+    "SERIALIZER": "django_workflows.typed_values.TaggedSerializer",
 }
 
 # The most a workflow class may raise its own step limit to.
@@ -124,7 +127,7 @@ HARD_STEP_LIMIT = 25_000
 # The most CPU time a replay may be allowed, by the setting or a workflow class (Cloudflare's 5 minutes).
 MAX_CPU_TIME_LIMIT = timedelta(minutes=5)
 
-IMPORT_STRINGS = {"EXECUTOR", "INSTANCE_ACCESS"}
+IMPORT_STRINGS = {"EXECUTOR", "INSTANCE_ACCESS", "SERIALIZER"}
 
 
 class WorkflowSettings:
@@ -157,6 +160,13 @@ class WorkflowSettings:
         if key not in self._cache:
             self._cache[key] = [import_string(path) for path in getattr(self, name)]
         return self._cache[key]
+
+    def serializer(self) -> Any:
+        """An instance of the ``SERIALIZER`` class, made once (until the setting changes)."""
+        serializer = self._cache.get("SERIALIZER made")
+        if serializer is None:
+            serializer = self._cache["SERIALIZER made"] = self.import_string("SERIALIZER")()
+        return serializer
 
     def reload(self) -> None:
         self._cache.clear()

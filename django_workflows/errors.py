@@ -92,7 +92,20 @@ class StoredValueError(WorkflowError):
     """A large value kept in file storage cannot be read back as it was written: its file is missing,
     changed, or its storage cannot be reached. The message names the instance, the step and the file."""
 
-    code, http_status = "stored_value_unreadable", 410
+    code, http_status = "stored_file_unreadable", 410
+
+
+class StoredValueUnreadable(WorkflowError):
+    """A journaled value names a class or model this code no longer has (renamed, removed, uninstalled)."""
+
+    code = "stored_value_unreadable"
+
+
+class StoredObjectMissing(StoredValueUnreadable, LookupError):
+    """A journaled model instance (stored as its model and primary key) whose row has since been deleted;
+    ``model`` and ``pk`` say which."""
+
+    code = "stored_object_missing"
 
 
 class NonDeterminismError(WorkflowError):

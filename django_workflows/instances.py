@@ -13,9 +13,10 @@ from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, declared_events, large_values, lifecycle, sending, signals, subjects
+from django_workflows import clock, declared_events, lifecycle, sending, signals, subjects
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
+from django_workflows.engine.stored_values import read_back
 from django_workflows.durations import parse_duration
 from django_workflows.error_journal import rollback_of
 from django_workflows.errors import (
@@ -29,7 +30,7 @@ from django_workflows.errors import (
 )
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, encode
+from django_workflows.serialization import NotJournalable, dump
 from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.sending import SentEvent
@@ -83,9 +84,10 @@ def parse_retention(retention) -> dict[str, timedelta]:
             if value is not None}
 
 
-def _check_params(instance_id: str, params) -> None:
+def _check_params(instance_id: str, params) -> Any:
+    """``params`` as the instance stores them (typed values in the journal's tagged form)."""
     try:
-        encode(params, workflow_settings.MAX_PARAMS_SIZE)
+        return dump(params, workflow_settings.MAX_PARAMS_SIZE)[1]
     except NotJournalable as exc:
         refusal = ParamsTooLarge if exc.too_large else InvalidParams
         raise refusal(f"The params of instance {instance_id!r} {exc}", too_large=exc.too_large) from None
@@ -103,7 +105,7 @@ class WorkflowHandle:
 
     def _new_instance(self, instance_id, params, retention=None, subject=None) -> Instance:
         instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
-        _check_params(instance_id, params)
+        params = _check_params(instance_id, params)
         kept = parse_retention(retention)
         subject_type, subject_id = (None, None) if subject is None else subjects.subject_of(subject)
         now = clock.now()
@@ -248,8 +250,9 @@ class InstanceHandle:
         if row is None:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
+        # A large output read back from its file, then its typed values revived.
+        row["output"] = read_back(row["output"], True, lambda: f"instance {self.workflow_name}/{self.id}, output")
         rollback = rollback_of(row["error"])
-        row["output"] = large_values.load(row["output"], lambda: f"instance {self.workflow_name}/{self.id}, output")
         return row if rollback is None else {**row, "rollback": rollback}
 
     def pause(self) -> None:

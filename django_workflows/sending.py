@@ -40,7 +40,7 @@ from django_workflows.errors import (
 )
 from django_workflows.models import FINISHED_STATUSES
 from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, canonical_digest, encode
+from django_workflows.serialization import NotJournalable, canonical_digest, dump, is_plain
 from django_workflows.store import inbox
 from django_workflows.validation import validate_event_type, validate_idempotency_key
 
@@ -82,8 +82,12 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
     trusted = user is None and channel == declared_events.PYTHON
     if not trusted:
         _authorize(rules, instance.workflow_name, type, channel, user)
-    payload_text = _check_payload(type, payload)
-    declared_events.check_arrival(rules, instance.workflow_name, type, payload)
+    # From here on the payload is its journal form: typed values tagged, and a dict of the sender's that
+    # uses the reserved key escaped, so that JSON from the API is never read back as a typed value.
+    # A declared schema describes the payload as sent: JSON as it came, a typed value as the journal writes it.
+    payload_text, stored = _check_payload(type, payload)
+    declared_events.check_arrival(rules, instance.workflow_name, type, payload if is_plain(payload) else stored)
+    payload = stored
     if sender is None:
         sender = "" if user is None else audit.user_sender(channel, user)
     digest = canonical_digest(payload)
@@ -161,9 +165,9 @@ def _authorize(rules, workflow_name: str, event_type: str, channel: str, user) -
     declared_events.authorize(rules, event_type, channel, user)
 
 
-def _check_payload(event_type: str, payload: Any) -> str:
+def _check_payload(event_type: str, payload: Any) -> tuple[str, Any]:
     try:
-        return encode(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE)[0]
+        return dump(payload, workflow_settings.MAX_EVENT_PAYLOAD_SIZE)
     except NotJournalable as exc:
         refusal = EventTooLarge if exc.too_large else InvalidEvent
         raise refusal(f"The payload of event {event_type!r} {exc}", too_large=exc.too_large) from None

@@ -41,7 +41,7 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind
-from django_workflows.serialization import NotJournalable, encode
+from django_workflows.serialization import NotJournalable, dump, revive
 from django_workflows.engine.step_host import StepHost
 from django_workflows.store import children as store
 from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
@@ -111,7 +111,7 @@ class ChildSteps:
             raise InvalidStepInput(f"step.child({name!r}): on_parent_end must be one of "
                                    f"{', '.join(map(repr, ParentEndPolicy.values))}, got {on_parent_end!r}")
         try:
-            encode(params, workflow_settings.MAX_PARAMS_SIZE)
+            _, params = dump(params, workflow_settings.MAX_PARAMS_SIZE)
         except NotJournalable as exc:
             raise InvalidStepInput(f"step.child({name!r}): the params {exc}") from None
         parent, writer = self.host.instance, self.host.writer
@@ -142,7 +142,7 @@ class ChildSteps:
         key = key or host.next_key(name)
         entry = host.lookup(key, StepKind.WAIT)
         if entry is not None and finished(entry):
-            return outcome(entry.result["payload"])
+            return outcome(revive(entry.result["payload"]) if entry.typed else entry.result["payload"])
         row = WaitRow(key, name, entry, types, CHILD_WAIT)
         received = self.waits.consume(row)
         if received is not None:
@@ -157,7 +157,7 @@ class ChildSteps:
             now = clock.now()
             _, status = row.succeed(writer, {"type": types[0], "payload": end, "timestamp": now.isoformat()}, now)
             host.after_write(status, key)
-            return outcome(end)
+            return outcome(revive(end))
         now = clock.now()
         if entry is None:
             row.start(writer, now)

@@ -32,6 +32,7 @@ from django_workflows.engine.journal_cursor import JournalCursor
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
 from django_workflows.engine.policy import StepPolicy, build_policy, default_policy
 from django_workflows.serialization import NotJournalable, encode
+from django_workflows.engine.stored_values import read_back
 from django_workflows.engine.step_functions import wants_context
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.journal import Entry, encoded
@@ -91,7 +92,7 @@ class DoSteps:
         entry = host.lookup(key, StepKind.DO)
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             host.count_step(key, journaled=True)
-            result = large_values.load(entry.result, lambda: f"instance {host.instance}, step {key!r}")
+            result = read_back(entry.result, entry.typed, lambda: f"instance {host.instance}, step {key!r}")
             if undo is not None:
                 self.undos.remember(name, key, undo, undo_config, result, _policy(name, config),
                                     len(entry.attempts))

@@ -50,6 +50,7 @@ from django_workflows.engine.replay_endings import Endings
 from django_workflows.engine.replay_outcome import Ending, Outcome, decide
 from django_workflows.engine.rollbacks import UndoSteps
 from django_workflows.engine.tag_steps import TagSteps
+from django_workflows.serialization import revive
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.engine.step_host import Attempt
@@ -200,16 +201,17 @@ class Replay:
         # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
         # too), and journal rows are only written under a lease: there is nothing to load.
         self.load_journal(load(instance.pk) if instance.epoch > 1 else {})
-        event = WorkflowEvent(
-            payload=instance.params,
-            timestamp=instance.created_at,
-            instance_id=instance.instance_id,
-            workflow_name=instance.workflow_name,
-        )
         self.report.started(instance.epoch, bool(self.cursor.journal))
         raised: BaseException | None = None
         output = None
         try:
+            # Read inside: params naming a deleted row (StoredObjectMissing) error the instance, saying so.
+            event = WorkflowEvent(
+                payload=revive(instance.params),
+                timestamp=instance.created_at,
+                instance_id=instance.instance_id,
+                workflow_name=instance.workflow_name,
+            )
             workflow = workflow_class()
             if inspect.iscoroutinefunction(workflow.run):
                 output = async_run.drive(self, workflow.run, event)

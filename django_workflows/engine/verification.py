@@ -23,6 +23,7 @@ from django_workflows.engine.replay import Replay
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.store.journal_entries import Entry, load
 from django_workflows.engine.tag_steps import TagSteps
+from django_workflows.serialization import revive
 from django_workflows.store.leases import Claim
 
 _FINISHED_STEP = (StepStatus.SUCCEEDED, StepStatus.FAILED)
@@ -90,7 +91,7 @@ def verify(instance: Instance) -> Divergence | None:
                   instance.epoch, instance.created_at, instance.crash_count)
     replay = _Verification(claim)
     replay.load_journal(load(instance.pk))
-    event = WorkflowEvent(payload=instance.params, timestamp=instance.created_at,
+    event = WorkflowEvent(payload=revive(instance.params), timestamp=instance.created_at,
                           instance_id=instance.instance_id, workflow_name=instance.workflow_name)
     try:
         workflow = workflow_class()

@@ -16,6 +16,7 @@ from django_workflows.durations import parse_duration
 from django_workflows.error_journal import describe_error, rebuild_error
 from django_workflows.errors import InvalidEvent, InvalidStepInput, WorkflowConfigError, WorkflowTimeoutError
 from django_workflows.models import StepKind, StepStatus
+from django_workflows.engine.stored_values import read_back
 from django_workflows.engine.step_host import StepHost
 from django_workflows.store.journal import Entry, JournalWriter
 from django_workflows.validation import validate_event_type
@@ -159,7 +160,7 @@ class WaitSteps:
                 step=name,
             ))
         if entry is not None and finished(entry):
-            return _step_event(entry.result, lambda: f"instance {host.instance}, step {key!r}")
+            return _step_event(entry.result, entry.typed, lambda: f"instance {host.instance}, step {key!r}")
         row = WaitRow(key, name, entry, types, delta)
         received = self.consume(row)
         if received is not None:
@@ -200,7 +201,7 @@ class WaitSteps:
             return None
         event, status = taken
         # The journal keeps the event as the inbox held it: a large payload, by its reference.
-        payload = large_values.load(event.payload, lambda: f"instance {host.instance}, step {row.key!r}")
+        payload = read_back(event.payload, True, lambda: f"instance {host.instance}, step {row.key!r}")
         received = WorkflowStepEvent(type=event.type, payload=payload, timestamp=event.received_at)
         host.report.step_succeeded(row.key, row.name, StepKind.WAIT, None, received)
         host.after_write(status, row.key)
@@ -211,8 +212,8 @@ def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:
     return entry.wake_at - entry.started_at if entry.wake_at and entry.started_at else fallback
 
 
-def _step_event(result: dict, where: Callable[[], str]) -> WorkflowStepEvent:
-    return WorkflowStepEvent(type=result["type"], payload=large_values.load(result["payload"], where),
+def _step_event(result: dict, typed: bool, where: Callable[[], str]) -> WorkflowStepEvent:
+    return WorkflowStepEvent(type=result["type"], payload=read_back(result["payload"], typed, where),
                              timestamp=datetime.fromisoformat(result["timestamp"]))
 
 

@@ -17,6 +17,7 @@ from django.db import DatabaseError, connections, router
 from django_workflows import rows
 from django_workflows.control_flow import StoreError
 from django_workflows.models import Step
+from django_workflows.serialization import is_typed
 
 # Decodes a journal row's attempts, error, wake_at and started_at (rows.RowReader.decode).
 DetailDecoder = Callable[[Sequence[Any]], Iterable[Any]]
@@ -28,14 +29,18 @@ class Entry:
     A replay of a long journal mostly needs each step's kind, status and result;
     its attempts, error and times are decoded on first use, so loading 10,000
     steps does not decode 40,000 values it will never look at.
+
+    ``result`` is the journaled JSON; ``typed`` says it holds tagged values (a ``Decimal``, a model
+    instance...), which the engine reads back through ``serialization.revive`` when it hands them on.
     """
 
-    __slots__ = ("id", "kind", "status", "result", "settled_in", "_details", "_decode")
+    __slots__ = ("id", "kind", "status", "result", "typed", "settled_in", "_details", "_decode")
 
     def __init__(self, id: int, kind: str, status: str, attempts: list[dict[str, Any]], result: Any,  # noqa: A002
                  error: dict[str, Any] | None, wake_at: datetime | None, started_at: datetime,
                  settled_in: int | None = None):
         self.id, self.kind, self.status, self.result = id, kind, status, result
+        self.typed = False
         self.settled_in = settled_in
         self._details: Sequence[Any] = (attempts, error, wake_at, started_at)
         self._decode: DetailDecoder | None = None
@@ -45,7 +50,10 @@ class Entry:
         """From a row of ``_JOURNAL_COLUMNS``; ``decode_details`` decodes the rest when asked."""
         entry = cls.__new__(cls)
         entry.id, entry.kind, entry.status = row[1], row[2], row[3]
-        entry.result = None if row[5] is None else json.loads(row[5])
+        text = row[5]
+        entry.result = None if text is None else json.loads(text)
+        # Tagged values are read back (a model's row fetched) when the replay reaches the step, not here.
+        entry.typed = text is not None and is_typed(text)
         entry.settled_in = row[9]
         entry._details = (row[4], row[6], row[7], row[8])
         entry._decode = decode_details

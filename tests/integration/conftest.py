@@ -25,6 +25,7 @@ ENGINE_SUITE = frozenset({
     "test_rollbacks",
     "test_sdk_forms",
     "test_sleep_and_events",
+    "test_typed_values",
     "test_store_errors",
     "test_user_code",
 })

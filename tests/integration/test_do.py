@@ -162,8 +162,9 @@ def test_result_size_limit_is_settable(workflows_env, settings):
 def test_first_run_sees_the_value_a_replay_would_see(workflows_env):
     instance = start("bad-result", {"kind": "tuple"})
     workflows_env.run_until_idle()
-    # A tuple is journaled as a JSON list; the first run already gets the list.
-    assert instance.status()["output"] == [1, 2]
+    # A tuple is journaled tagged as one; the first run gets the tuple read back from its journal form.
+    output = instance.status()["output"]
+    assert output == (1, 2) and type(output) is tuple
 
 
 @pytest.mark.parametrize(

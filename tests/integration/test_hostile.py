@@ -3,10 +3,11 @@ workflows.py, and finished instances piling up (retention)."""
 
 import json
 import sys
+import threading
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import User
 
 from django_workflows import WorkflowEntrypoint, large_values, workflows
 from django_workflows.checks import check_workflows
@@ -451,13 +452,12 @@ def _circular():
 
 
 UNSTORABLE_RESULTS = {
-    "a set": (lambda: {1, 2}, "not JSON-serializable"),
-    "a datetime": (lambda: datetime.now(), "not JSON-serializable"),
     "an object": (object, "not JSON-serializable"),
-    "bytes": (lambda: b"\x00\xff", "not JSON-serializable"),
-    "a Decimal": (lambda: Decimal("1.10"), "not JSON-serializable"),
     "a generator": (lambda: (n for n in range(3)), "not JSON-serializable"),
-    "a dict with tuple keys": (lambda: {(1, 2): "pair"}, "not JSON-serializable"),
+    # Typed values (a Decimal, a datetime, a set, bytes: docs/guide/typed-values.md) are stored; what
+    # the tagged form has no type for is still refused, wherever it sits in the value.
+    "a lock in a set": (lambda: {1, threading.Lock()}, "not JSON-serializable (it holds a _thread.lock)"),
+    "an unsaved model instance": (lambda: User(username="x"), "an unsaved User; save it first"),
     "infinity": (lambda: [float("inf")], "not JSON-serializable"),
     "a circular list": (_circular, "not JSON-serializable"),
     "nesting 100,000 deep": (lambda: _nested(100_000), "nested too deeply"),
@@ -501,7 +501,8 @@ def test_a_dict_with_int_keys_reads_the_same_on_the_first_run_and_on_replays(wor
         instance = workflows.get("int-keys").create()
         workflows_env.run_until_idle()
         workflows_env.advance("1 second")
-        assert instance.status()["output"] == {"1": "one", "2": ["two"]}
+        # Journaled tagged as a dict with keys other than strings, read back with its int keys.
+        assert instance.status()["output"] == {1: "one", 2: ["two"]}
     finally:
         registry.unregister(IntKeys)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,44 @@ def test_checks_refuse_a_storage_alias_that_is_not_configured(settings):
     settings.DJANGO_WORKFLOWS = {"LARGE_VALUE_STORAGE": "nowhere"}
     with pytest.raises(Exception, match="django_workflows.E030"):
         call_command("check", "--fail-level", "ERROR")
+
+
+class TypedAndLarge(WorkflowEntrypoint):
+    """Typed values (a Decimal, an aware datetime, a set) inside a value large enough for file storage:
+    the journal keeps the file's reference, the file the tagged JSON."""
+
+    name = "typed-and-large"
+
+    def run(self, event, step):
+        def ledger():
+            calls.append("ledger")
+            return {"total": Decimal("12.50"), "at": datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc),
+                    "skus": {"a", "b"}, "rows": ["x" * 50] * 40}
+
+        kept = step.do("ledger", ledger)
+        received = step.wait_for_event("upload", "upload", timeout="1 hour")
+        return {"types": [type(kept["total"]).__name__, type(kept["at"]).__name__, type(kept["skus"]).__name__],
+                "payload": type(received.payload["amount"]).__name__, "ledger": kept}
+
+
+registry.unregister(TypedAndLarge)
+
+
+def test_a_large_value_holding_typed_values_comes_back_typed_on_every_replay(bulky, workflows_env):
+    registry.register(TypedAndLarge)
+    try:
+        instance = workflows.get("typed-and-large").create(id="t1")
+        workflows_env.run_until_idle()
+        (journaled,) = Step.objects.filter(instance_id=instance.pk, name="ledger")
+        assert reference_of(journaled.result) is not None  # in a file, not in the row
+        instance.send_event(type="upload", payload={"amount": Decimal("3.10"), "blob": "y" * 2000})
+        workflows_env.run_until_idle()
+
+        status = instance.status()
+        assert status["status"] == "complete", status
+        assert status["output"]["types"] == ["Decimal", "datetime", "set"]
+        assert status["output"]["payload"] == "Decimal"
+        assert status["output"]["ledger"]["total"] == Decimal("12.50")
+        assert calls.count("ledger") == 1  # the replay after the event read it back, did not run it again
+    finally:
+        registry.unregister(TypedAndLarge)

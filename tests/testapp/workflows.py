@@ -202,7 +202,7 @@ class BadResult(WorkflowEntrypoint):
         if kind == "nan":
             return step.do("nan", lambda: float("nan"))
         if kind == "output":
-            return {1, 2}
+            return {"made": object()}
         return step.do("tuple", lambda: (1, 2))
 
 

@@ -21,6 +21,7 @@ class Figure:
     key: str
     unit: str
     higher_is_better: bool = False
+    digits: int | None = None  # None: by magnitude
 
 
 FIGURES = [
@@ -31,6 +32,8 @@ FIGURES = [
     Figure("2", "1,000-step workflow through create() (inline), µs per step", "inproc", "public_us", ""),
     Figure("2", "… step through create() ÷ the driver's INSERT + COMMIT", "inproc", "public_ratio", "×"),
     Figure("3", "3-step workflows/s, sequential create() (inline)", "inproc", "three_rate", "/s", True),
+    Figure("3", "… SQL statements of one (goal of issue 37: ≤ 4 commits)", "inproc", "three_statements", "", digits=0),
+    Figure("3", "… commits of one", "inproc", "three_commits", "", digits=0),
     Figure("4", "3-step workflows/s through workflows_worker --workers 2", "cluster", "throughput", "/s", True),
     Figure("5", "event → resume, p50", "cluster", "event_p50", " ms"),
     Figure("5", "event → resume, p99", "cluster", "event_p99", " ms"),
@@ -75,6 +78,8 @@ def verdict(figure: Figure, pair_ratios: list[float]) -> str:
     worse = [(r < 1) if figure.higher_is_better else (r > 1) for r in pair_ratios]
     if figure.part == "1":
         return "reference"
+    if all(r == 1 for r in pair_ratios):
+        return "the same"
     return "HEAD better" if all(better) else "HEAD worse" if all(worse) else "within the spread"
 
 
@@ -84,8 +89,8 @@ def backend_lines(name: str, runs: dict) -> list[str]:
     for figure in FIGURES:
         pairs = runs.get(figure.kind, [])
         pair_ratios = ratios(pairs, figure)
-        lines.append(f"| {figure.part} | {figure.label} | {_spread(values(pairs, figure, 'HEAD'), figure.unit)} | "
-                     f"{_spread(values(pairs, figure, 'base'), figure.unit)} | {_spread(pair_ratios, '×', 2)} | "
+        lines.append(f"| {figure.part} | {figure.label} | {_spread(values(pairs, figure, 'HEAD'), figure.unit, figure.digits)} | "
+                     f"{_spread(values(pairs, figure, 'base'), figure.unit, figure.digits)} | {_spread(pair_ratios, '×', 2)} | "
                      f"{verdict(figure, pair_ratios)} |")
     lines += ["", "The pairs, HEAD / base (the side that ran first in bold):", "",
               "| measure | " + " | ".join(f"{kind} pair {n + 1}" for kind in ("inproc", "cluster")

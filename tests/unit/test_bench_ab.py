@@ -50,3 +50,11 @@ def test_the_pairs_go_to_the_history_and_the_report_keeps_one_ab_section(tmp_pat
     assert (tmp_path / "AB.md").read_text() in report
     # The full runs' table and chart leave the A/B entries out.
     assert history.markdown(past) == []
+
+
+def test_counts_show_whole_and_equal_counts_are_the_same():
+    counted = results((100.0, 90.0), (100.0, 90.0))
+    for p in counted["backends"]["sqlite"]["inproc"]:
+        p["HEAD"]["three_commits"] = p["base"]["three_commits"] = 6
+    cells = row(ab_report.markdown(counted), "… commits of one")
+    assert cells[2:] == ["6 (6–6)", "6 (6–6)", "1.00× (1.00–1.00)", "the same"]

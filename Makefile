@@ -155,9 +155,15 @@ faketime:
 #                       1,000,000 events; the admin's and the API's pages, the CLI's list, the wake-up
 #                       query, the sweeper and retention timed and explained; writes benchmarks/SCALE.md.
 #                       SCALE_INSTANCES, SCALE_STEPS, SCALE_EVENTS load less.
+# make bench BASE=<commit> - A/B: parts 2-5 of HEAD and of that commit, interleaved in pairs, each figure
+#                       with the ratio HEAD/base and its spread; the base's package is built in a virtualenv
+#                       of its own under BENCH_WORK_DIR (default /tmp/django-workflows-bench), once per
+#                       commit. Writes benchmarks/AB.md, its section of REPORT.md and a history entry with
+#                       the pairs (about 15 minutes; with QUICK=1 about 2 minutes a database, in benchmarks/quick/).
 QUICK ?=
 SCALE ?=
+BASE ?=
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q --disable-pip-version-check -r benchmarks/requirements.txt || \
 		echo "== could not install benchmarks/requirements.txt: the DBOS rows will say why"
-	$(PY) -m benchmarks $(if $(filter 1 yes true,$(QUICK)),--quick) $(if $(filter 1 yes true,$(SCALE)),--scale)
+	$(PY) -m benchmarks $(if $(filter 1 yes true,$(QUICK)),--quick) $(if $(filter 1 yes true,$(SCALE)),--scale) $(if $(BASE),--base $(BASE))

@@ -9,8 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from django_workflows import processes
-from django_workflows.processes import descendants
+from benchmarks.compat import processes as _processes
+
+processes = _processes()
+descendants = processes.descendants
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

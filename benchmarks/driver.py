@@ -136,7 +136,14 @@ def main() -> int:
                         "benchmarks/SCALE.md")
     parser.add_argument("--output", default="", help="where REPORT.md goes (default: benchmarks/, or "
                         "benchmarks/quick/ with --quick)")
+    parser.add_argument("--base", default="", help="A/B: parts 2-5 of this commit (built in a virtualenv of "
+                        "its own) interleaved with HEAD's, each ratio with its spread (benchmarks/ab.py)")
     args = parser.parse_args()
+    if args.base:
+        from benchmarks import ab
+
+        out = Path(args.output) if args.output else HERE / "quick" if args.quick else HERE
+        return ab.run(args.base, args.quick, out, args.keep, set(filter(None, args.only.split(","))))
     if args.scale:
         return scale(args.keep)
     started = time.time()

@@ -1,7 +1,8 @@
 """The headline figures of every full ``make bench`` run, per commit: ``benchmarks/history.json``, the
 "History" table of REPORT.md and ``benchmarks/history.png`` (each figure over the runs, against its goal).
 
-A quick run (CI's) is not recorded: its small counts are not comparable with a full run's. A run made
+``make bench BASE=...`` adds entries of another shape, holding its pairs (``benchmarks/ab_report.py``):
+the table and the chart here leave them out. A quick run (CI's) is not recorded: its small counts are not comparable with a full run's. A run made
 on a working tree with uncommitted changes is recorded under its commit with ``+`` (not yet committed).
 """
 
@@ -97,6 +98,7 @@ def _cell(headline: Headline, value: float | None) -> str:
 
 def markdown(history: list[dict], with_chart: bool = False) -> list[str]:
     """The "History" section: one row per run, oldest first, each headline figure with ✓ / ✗ against its goal."""
+    history = [entry for entry in history if "figures" in entry]  # A/B entries: benchmarks/ab_report.py
     if not history:
         return []
     goals = ", ".join(f"{h.label} {'≥' if h.higher_is_better else '≤'} {h.goal:g}" for h in HEADLINES
@@ -122,6 +124,7 @@ def chart(history: list[dict], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except Exception:
         return False
+    history = [entry for entry in history if "figures" in entry]
     if not history:
         return False
     columns = 4

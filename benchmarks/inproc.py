@@ -30,9 +30,8 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 from benchmarks.common import log, summary, write_json  # noqa: E402
 from django_workflows import clock, executors, workflows  # noqa: E402
 from django_workflows.models import Event, Instance, InstanceStatus, Step, StepKind, StepStatus  # noqa: E402
-from django_workflows.engine.policy import default_policy  # noqa: E402
-from django_workflows.engine.replay import replay  # noqa: E402
-from django_workflows.store.journal_entries import load  # noqa: E402
+from benchmarks.compat import default_policy, replay  # noqa: E402
+from benchmarks.compat import load_journal as load  # noqa: E402
 from django_workflows.testing import RecordingExecutor  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks import history
+from benchmarks import ab_report, history
 
 HERE = Path(__file__).resolve().parent
 
@@ -550,6 +550,7 @@ def write(results: dict, out_dir: Path) -> None:
         past = history.record(results, out_dir)
         lines += history.markdown(past, with_chart=history.chart(past, out_dir / "history.png"))
     lines += scale_summary(HERE / "SCALE.md")
+    lines += ab_report.section(out_dir)
     lines.append(method)
     profiles = HERE / "PROFILES.md"
     if profiles.exists():

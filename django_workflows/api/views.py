@@ -136,7 +136,8 @@ class WorkflowAPIView(APIAccess, APIView):
             raise exceptions.UnsupportedMediaType(
                 f"Content-Type {request.content_type or '(none)'!r} is not supported; send application/json "
                 "(with an empty body too).")
-        if not body.strip():
+        # Only a body of no bytes at all is "no body": whitespace alone is not JSON, and is refused as such.
+        if not body:
             if required:
                 raise exceptions.MalformedJSON("The request body is empty; send a JSON document.")
             return empty

@@ -154,3 +154,13 @@ def settings_dir():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[2] / "example_project"
+
+
+@pytest.mark.parametrize("body", [b"\n", b"   ", b"\t\r\n"])
+def test_a_body_of_whitespace_is_not_json_and_creates_nothing(admin_user, workflows_env, body):
+    client = APIClient()
+    client.force_authenticate(admin_user)
+    response = client.post("/workflows/three-steps/instances/", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "malformed_json"
+    assert not Instance.objects.exists()

@@ -47,7 +47,8 @@ committed; the spans from the engine's one hook around a replay and around a ste
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from django.db import DatabaseError, connections, router
 from django.db.models import Count
@@ -57,6 +58,9 @@ from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.errors import MissingExtra, require_extra
 from django_workflows.models import Instance, InstanceStatus
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 try:
     from opentelemetry import context as otel_context
@@ -183,7 +187,23 @@ def uninstall() -> None:
 
 # -- spans ----------------------------------------------------------------------------------------
 
-def start_replay(claim):
+T = TypeVar("T")
+
+
+class Claimed(Protocol):
+    """What a replay's span says of its instance: the lease's ``leases.Claim`` (read only)."""
+
+    @property
+    def pk(self) -> int: ...
+    @property
+    def workflow_name(self) -> str: ...
+    @property
+    def instance_id(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+
+
+def start_replay(claim: Claimed) -> Span:
     """Start a replay's span (``claim`` is the lease's ``leases.Claim``)."""
     return _tracer.start_span("workflow.replay", attributes={
         "workflow.name": claim.workflow_name, "workflow.instance.id": claim.instance_id,
@@ -214,7 +234,7 @@ def end_attempt(span, ended_ns: int, outcome: str, failure: BaseException | None
     span.end(end_time=ended_ns)
 
 
-def run_in_span(span, fn, *args):
+def run_in_span(span: Span, fn: Callable[..., T], *args: Any) -> T:
     """Call ``fn(*args)`` with ``span`` as the current span."""
     token = otel_context.attach(otel_trace.set_span_in_context(span))
     try:

@@ -32,8 +32,8 @@ runs to its end in an event loop of its own, inside the step's timeout.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
 from django.core.exceptions import SynchronousOnlyOperation
@@ -41,7 +41,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 from django_workflows.engine.child_steps import ChildWait, is_child_creator, wait_name
 from django_workflows.engine.concurrent_steps import parse_calls
 from django_workflows.control_flow import Suspend, Terminating
-from django_workflows.definition import WorkflowEvent, parameters
+from django_workflows.definition import WorkflowEvent, WorkflowStepEvent, parameters
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepKind, StepStatus
@@ -49,6 +49,7 @@ from django_workflows.engine.rollbacks import raise_failures
 from django_workflows.engine.step import ReplaySteps, WorkflowStep
 from django_workflows.engine.step_functions import StepFunction
 from django_workflows.engine.step_host import PendingDo, StepHost
+from django_workflows.store.journal import Entry
 
 _UNEXAMINED = object()
 # Rounds run() may go on after a suspension was raised into it (its finally blocks, a bare except that
@@ -68,7 +69,9 @@ class Called:
 
     __slots__ = ("kind", "name", "key", "arguments", "future", "entry", "parked")
 
-    def __init__(self, kind, name, key, arguments, future):
+    def __init__(self, kind: str, name: str, key: str, arguments: Any, future: asyncio.Future[Any]) -> None:
+        # ``arguments``, by kind: ``(name, fn, config)`` for a step.do, the keywords of waits.sleep for a
+        # sleep, ``(type, timeout)`` for a wait for an event, a ``ChildWait`` for a child's end.
         self.kind, self.name, self.key, self.arguments, self.future = kind, name, key, arguments, future
         # Its journal entry (or None) once looked up; _UNEXAMINED until then.
         self.entry: Any = _UNEXAMINED
@@ -79,9 +82,10 @@ class Called:
         """Whether the journal holds its final outcome."""
         if self.entry is None:
             return False
+        entry: Entry = self.entry  # looked up by now
         if self.kind == StepKind.SLEEP:
-            return self.entry.status == StepStatus.SUCCEEDED
-        return self.entry.status in (StepStatus.SUCCEEDED, StepStatus.FAILED)
+            return entry.status == StepStatus.SUCCEEDED
+        return entry.status in (StepStatus.SUCCEEDED, StepStatus.FAILED)
 
 
 class EventLoopRun:
@@ -91,17 +95,17 @@ class EventLoopRun:
         self.replay = replay
         self.loop = asyncio.new_event_loop()
         self.called: list[Called] = []
-        self.futures: list[asyncio.Future] = []
+        self.futures: list[asyncio.Future[Any]] = []
         self.round = 0
 
-    def call(self, kind: str, name: str, arguments) -> asyncio.Future:
+    def call(self, kind: str, name: str, arguments: Any) -> asyncio.Future[Any]:
         key = self.replay.next_key(name)
         future = self.loop.create_future()
         self.futures.append(future)
         self.called.append(Called(kind, name, key, arguments, future))
         return future
 
-    def run(self, coroutine):
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
         """Run ``run()``'s coroutine to its end; return what it returns."""
         main = self.loop.create_task(coroutine)
         replay = self.replay
@@ -186,7 +190,7 @@ class EventLoopRun:
         except USER_FAILURES as failure:
             return False, failure
 
-    def _run_live(self, live: list[Called]) -> list[tuple]:
+    def _run_live(self, live: list[Called]) -> list[tuple[Called, bool, Any]]:
         """Settle the steps the journal does not answer, in the order called; the outcomes of those
         settled. Bodies run side by side first; each is journaled in its turn."""
         replay = self.replay
@@ -225,7 +229,7 @@ class EventLoopRun:
                 outcomes[called] = (False, failure)
         return [(called, *outcomes[called]) for called in live if called in outcomes]
 
-    def _deliver(self, outcomes) -> None:
+    def _deliver(self, outcomes: list[tuple[Called, bool, Any]]) -> None:
         for called, succeeded, value in outcomes:
             if succeeded:
                 called.future.set_result(value)
@@ -265,7 +269,7 @@ class EventLoopRun:
         loop.close()
 
 
-def _outcome(main: asyncio.Task):
+def _outcome(main: asyncio.Task[Any]) -> Any:
     """What run() returned; what it raised, raised again, Django's refusal of a database call made
     outside a step explained."""
     try:
@@ -298,10 +302,10 @@ class AsyncStepFunction(StepFunction):
     """A decorated step function of an async run(): calling it returns a coroutine, which awaits the
     steps it depends on (side by side with ``concurrent=True``), then its own."""
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
         return self._call(args, kwargs)
 
-    async def _call(self, args, kwargs):
+    async def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self.refuse_without_undo()
         names = parameters(self.func)
         given = set(names[: len(args)]) | set(kwargs)
@@ -327,27 +331,36 @@ class AsyncWorkflowStep(WorkflowStep):
         super().__init__(replay)
         self._loop_run = loop_run
 
-    def _run_do(self, name, fn, config):
+    # WorkflowStep's calls, each returning an awaitable of what WorkflowStep's returns: overrides mypy
+    # refuses (an awaitable of a list is no list), as it does rollback_all's coroutine below.
+
+    def _run_do(self, name: str, fn: Callable[..., Any], config: dict[str, Any] | None
+                ) -> asyncio.Future[Any]:
         return self._loop_run.call(StepKind.DO, name, (name, fn, config))
 
-    def all(self, calls):
+    def all(self, calls: Sequence[Sequence[Any]]) -> asyncio.Future[list[Any]]:  # type: ignore[override]
         return asyncio.gather(*(self._run_do(name, fn, config) for name, fn, config in parse_calls(calls)))
 
-    def sleep(self, name, duration):
+    def sleep(self, name: str, duration: int | float | str | timedelta  # type: ignore[override]
+              ) -> asyncio.Future[None]:
         return self._loop_run.call(StepKind.SLEEP, name, {"duration": duration})
 
-    def sleep_until(self, name, timestamp):
+    def sleep_until(self, name: str, timestamp: datetime | int | float  # type: ignore[override]
+                    ) -> asyncio.Future[None]:
         return self._loop_run.call(StepKind.SLEEP, name, {"until": timestamp})
 
-    def wait_for_event(self, name, type, timeout="24 hours"):  # noqa: A002
+    def wait_for_event(self, name: str, type: str | Sequence[str],  # type: ignore[override]  # noqa: A002
+                       timeout: int | float | str | timedelta = "24 hours"
+                       ) -> asyncio.Future[WorkflowStepEvent]:
         return self._loop_run.call(StepKind.WAIT, name, (type, timeout))
 
-    def child(self, name, workflow, params=None, id=None, on_parent_end="terminate"):  # noqa: A002
+    def child(self, name: str, workflow: str, params: Any = None, id: str | None = None,  # noqa: A002
+              on_parent_end: str = "terminate") -> asyncio.Task[Any]:
         # The create step takes its key now, as any step called; the wait takes its own once it is known.
         create = self._replay.children.child_creator(name, workflow, params, id, on_parent_end)
         creating = self._loop_run.call(StepKind.DO, name, (name, create, None))
 
-        async def child_result():
+        async def child_result() -> Any:
             created = await creating
             return await self._loop_run.call(StepKind.WAIT, wait_name(created), ChildWait(created))
 
@@ -357,7 +370,8 @@ class AsyncWorkflowStep(WorkflowStep):
         self._loop_run.futures.append(task)
         return task
 
-    async def rollback_all(self, error=None, *, continue_on_error=False):  # type: ignore[override]  # awaited, as every step call here
+    async def rollback_all(self, error: BaseException | None = None, *,  # type: ignore[override]  # awaited
+                           continue_on_error: bool = False) -> list[str]:
         undone: list[str] = []
         failures: list[Exception] = []
         with self._replay.undos.undos_running():

@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from typing import Any, NoReturn
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_workflows import clock
 from django_workflows.control_flow import StoreError
@@ -45,6 +47,12 @@ from django_workflows.errors import WorkflowConfigError
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.leases import keeper
 from django_workflows.engine.timeouts import callers_transactions
+
+
+# A connection's execute wrapper (``execute_wrapper``), and the call it wraps: ``(sql, params, many,
+# context)``.
+Execute = Callable[[str, Any, bool, dict[str, Any]], Any]
+ExecuteWrapper = Callable[[Execute, str, Any, bool, dict[str, Any]], Any]
 
 
 class _RollBack(Exception):
@@ -98,7 +106,7 @@ def attempt_and_journal(steps: StepHost, attempt: Callable[..., Attempt], pendin
 
 
 @contextmanager
-def _only_on(alias: str, steps, pending):
+def _only_on(alias: str, steps: StepHost, pending: PendingDo) -> Iterator[None]:
     """Refuse, for the attempt, every query on a database other than ``alias``."""
     with ExitStack() as stack:
         for other in connections:
@@ -107,8 +115,8 @@ def _only_on(alias: str, steps, pending):
         yield
 
 
-def _refusal(alias: str, other: str, steps, pending):
-    def refuse(execute, sql, params, many, context):
+def _refusal(alias: str, other: str, steps: StepHost, pending: PendingDo) -> ExecuteWrapper:
+    def refuse(execute: Execute, sql: str, params: Any, many: bool, context: dict[str, Any]) -> NoReturn:
         steps.fail_fatally(WorkflowConfigError(
             f"Step {pending.name!r} is atomic=True: its body and its journal row commit in one transaction "
             f"of database {alias!r}, and it queried database {other!r}, whose writes would commit on their "
@@ -148,7 +156,7 @@ class _Watch:
 _running: dict[int, _Watch] = {}
 
 
-def observe(execute, sql, params, many, context):
+def observe(execute: Execute, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
     """The execute wrapper of every connection of the process (``watch_connection``): a write on the
     database of a running atomic body, from another thread, is noted in the body's ``_Watch``."""
     if _running:
@@ -156,7 +164,7 @@ def observe(execute, sql, params, many, context):
     return execute(sql, params, many, context)
 
 
-def watch_connection(sender, connection, **kwargs) -> None:
+def watch_connection(sender: object, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
     """``connection_created``: observe the new connection's statements. Every connection of the process
     connects before its first statement, in whichever thread, so none is missed. First in the list, so
     that a caller's ``execute_wrapper`` block open as the connection connects pops its own wrapper."""
@@ -164,7 +172,7 @@ def watch_connection(sender, connection, **kwargs) -> None:
         connection.execute_wrappers.insert(0, observe)
 
 
-def _note(connection, sql) -> None:
+def _note(connection: BaseDatabaseWrapper, sql: object) -> None:
     thread = threading.current_thread()
     if thread.ident in _running or thread.name.startswith(_ENGINE_THREADS) or not _writes(sql):
         return
@@ -175,13 +183,13 @@ def _note(connection, sql) -> None:
         watch.writers.setdefault(thread.name, sql if isinstance(sql, str) else str(sql))
 
 
-def _writes(sql) -> bool:
+def _writes(sql: object) -> bool:
     words = str(sql).split(None, 1)
     return bool(words) and words[0].upper() not in _READS
 
 
 @contextmanager
-def _watching(alias: str, steps, pending, number: int):
+def _watching(alias: str, steps: StepHost, pending: PendingDo, number: int) -> Iterator[None]:
     """Note, while the attempt's body runs, the writes other threads make to ``alias`` (``observe``), and
     report them once it ended."""
     watch = _running[threading.get_ident()] = _Watch(alias)
@@ -193,6 +201,6 @@ def _watching(alias: str, steps, pending, number: int):
             _report(steps, pending, number, watch)
 
 
-def _report(steps, pending, number: int, watch: _Watch) -> None:
+def _report(steps: StepHost, pending: PendingDo, number: int, watch: _Watch) -> None:
     writers = ", ".join(f"{name!r} ({sql[:60]!r})" for name, sql in watch.writers.items())
     steps.report.written_outside_atomic_step(pending.key, number, watch.alias, writers)

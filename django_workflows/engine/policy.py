@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, NoReturn
 
 from django_workflows.conf import workflow_settings
 from django_workflows.durations import parse_duration
@@ -29,7 +30,7 @@ class StepPolicy:
     retry_delay: timedelta
     backoff: str
     timeout: timedelta
-    delay_function: Any = None
+    delay_function: Callable[[int], object] | None = None
     sensitive: str | None = None
     # The body and its journal row commit in one transaction of the workflow database (atomic_steps).
     atomic: bool = False
@@ -49,7 +50,9 @@ class StepPolicy:
             return self.retry_delay
         if self.backoff == "linear":
             return self.retry_delay * failed_attempts
-        return self.retry_delay * (2 ** (failed_attempts - 1))
+        # An int: failed_attempts is 1 or more (typeshed's int ** int is Any, a negative power being a float).
+        factor: int = 2 ** (failed_attempts - 1)
+        return self.retry_delay * factor
 
     @cached_property
     def config_json(self) -> str:
@@ -71,7 +74,7 @@ class StepPolicy:
         }
 
 
-def _fail(where: str, message: str):
+def _fail(where: str, message: str) -> NoReturn:
     raise WorkflowConfigError(f"{where}: {message}")
 
 
@@ -108,14 +111,14 @@ def validate_config(config: Any, where: str) -> None:
             _fail(where, "timeout must be more than zero")
 
 
-def _duration(value, where: str, key: str) -> timedelta:
+def _duration(value: object, where: str, key: str) -> timedelta:
     try:
         return parse_duration(value, what=key)
     except InvalidStepInput as exc:
         raise WorkflowConfigError(f"{where}: {exc}") from None
 
 
-def build_policy(config: dict | None, defaults: dict, where: str) -> StepPolicy:
+def build_policy(config: dict[str, Any] | None, defaults: dict[str, Any], where: str) -> StepPolicy:
     validate_config(config, where)
     config = config or {}
     retries = {**defaults.get("retries", {}), **(config.get("retries") or {})}
@@ -131,7 +134,7 @@ def build_policy(config: dict | None, defaults: dict, where: str) -> StepPolicy:
     )
 
 
-_default_policy: tuple[dict, StepPolicy] | None = None
+_default_policy: tuple[dict[str, Any], StepPolicy] | None = None
 
 
 def default_policy() -> StepPolicy:

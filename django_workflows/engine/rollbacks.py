@@ -51,7 +51,8 @@ class PendingUndo:
     context: StepContext
 
 
-def split_config(config: dict, where: str) -> tuple[dict | None, Any, dict | None]:
+def split_config(config: dict[str, Any], where: str
+                 ) -> tuple[dict[str, Any] | None, Callable[..., Any] | None, dict[str, Any] | None]:
     """``config`` without its rollback keys, the undo handler and the undo's own step config."""
     handler = config.get("rollback")
     undo_config = config.get("rollback_config", config.get("rollbackConfig"))
@@ -66,7 +67,8 @@ def split_config(config: dict, where: str) -> tuple[dict | None, Any, dict | Non
     return rest or None, handler, undo_config
 
 
-def outcome(undone: int, failed_step: str | None = None, error: dict | None = None) -> dict:
+def outcome(undone: int, failed_step: str | None = None,
+            error: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the instance's error records of its rollback."""
     if failed_step is None:
         return {"status": "complete", "undone": undone}
@@ -76,7 +78,7 @@ def outcome(undone: int, failed_step: str | None = None, error: dict | None = No
 NAMED_ARGUMENTS = frozenset({"output", "error", "ctx"})
 
 
-def takes_named_arguments(fn) -> bool:
+def takes_named_arguments(fn: Callable[..., Any]) -> bool:
     """Whether an undo handler is written in the named form: it declares no parameter but ``output``,
     ``error`` and ``ctx``, and no ``*args`` or ``**kwargs`` (the module's docstring says why)."""
     try:
@@ -88,7 +90,7 @@ def takes_named_arguments(fn) -> bool:
         for parameter in signature.parameters.values())
 
 
-def call_undo(fn, output, error, ctx):
+def call_undo(fn: Callable[..., Any], output: Any, error: BaseException | None, ctx: StepContext) -> Any:
     """Call an undo handler as its form asks: by name, or Cloudflare's ``(error, value)``."""
     if takes_named_arguments(fn):
         return call_with_named(fn, output=output, error=error, ctx=ctx)
@@ -97,7 +99,7 @@ def call_undo(fn, output, error, ctx):
     return fn(error, output)
 
 
-def call_with_named(fn, **available):
+def call_with_named(fn: Callable[..., Any], **available: Any) -> Any:
     """Call ``fn`` with those of ``available`` it declares by name (a handler's ``output``, ``error`` and
     ``ctx``), so a handler declares only what it reads."""
     names = parameters(fn)
@@ -145,7 +147,8 @@ class UndoSteps:
         self.pending.append(PendingUndo(name, handler, undo_config, output,
                                         step_context(name, key, attempt, policy)))
 
-    def next_undo(self, error: BaseException | None) -> tuple[str, str, Callable[[], Any], dict | None] | None:
+    def next_undo(self, error: BaseException | None
+                  ) -> tuple[str, str, Callable[[], Any], dict[str, Any] | None] | None:
         """The last remembered undo as a step, ``(step name, undo's name, fn, config)``, taken off the
         list; None when every undo ran."""
         if not self.pending:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from django_workflows.engine import child_steps
 from django_workflows.engine.child_steps import ChildSteps
@@ -79,7 +79,8 @@ class WorkflowStep:
         if depends or concurrent:
             raise InvalidStepInput(f"step.do({name!r}): depends and concurrent belong to the decorator form, "
                                    "@step.do(name, depends=[...])")
-        return self._run_do(name, fn, config)
+        # A name left out (None) is refused as the step takes its key (validate_step_name), as any name is.
+        return self._run_do(cast(str, name), fn, config)
 
     def with_rollback(self, name: str | None = None, config: dict[str, Any] | None = None, *,
                       depends: Sequence[StepFunction] | None = None, concurrent: bool = False,
@@ -91,7 +92,7 @@ class WorkflowStep:
         if name is not None:
             validate_step_name(name)
 
-        def declare(func):
+        def declare(func: Callable[..., Any]) -> StepFunction:
             declared = self._declare(name, func, config, depends, concurrent)
             declared.requires_undo = True
             if undo is not None:
@@ -165,10 +166,11 @@ class WorkflowStep:
 
     step_function_class = StepFunction
 
-    def _run_do(self, name, fn, config):
+    def _run_do(self, name: str, fn: Callable[..., Any], config: dict[str, Any] | None) -> Any:
         return self._replay.call(self._replay.steps.do, name, fn, config)
 
-    def _declare(self, name, func, config, depends, concurrent) -> StepFunction:
+    def _declare(self, name: str | None, func: Callable[..., Any], config: dict[str, Any] | None,
+                 depends: Sequence[StepFunction] | None, concurrent: bool) -> StepFunction:
         if name is None:
             name = getattr(func, "__name__", None)
             if not name or name == "<lambda>":

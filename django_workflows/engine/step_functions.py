@@ -24,20 +24,50 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, overload
 
-from django_workflows.definition import parameters
+from django_workflows.definition import StepContext, parameters
 from django_workflows.errors import InvalidStepInput
 
 CONTEXT_PARAMETER = "ctx"
 # What an undo declared without a config takes from its step's: how it retries, and its timeout.
 INHERITED_BY_UNDO = ("retries", "timeout")
 
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
-def wants_context(fn) -> bool:
+
+# The replay as a step function reaches it: to run the steps it depends on side by side (step.all).
+class _ConcurrentSteps(Protocol):
+    def all_steps(self, calls: Any) -> list[Any]: ...
+
+
+class _Replay(Protocol):
+    @property
+    def concurrent(self) -> _ConcurrentSteps: ...
+
+    def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+
+class DeclaringStep(Protocol):
+    """The ``step`` that declared a step function, as the function sees it (``WorkflowStep``, above this
+    module): the step functions declared so far, the replay, and how a step call runs."""
+
+    _declared: dict[str, StepFunction]
+    _declared_steps: dict[str, StepFunction]
+
+    @property
+    def _replay(self) -> _Replay: ...
+
+    def _run_do(self, name: str, fn: Callable[..., Any], config: dict[str, Any] | None) -> Any: ...
+
+
+def wants_context(fn: Callable[..., Any]) -> bool:
     return CONTEXT_PARAMETER in parameters(fn)
 
 
-def positional_parameters(fn) -> tuple[str, ...]:
+def positional_parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
     """The parameters of ``fn`` that a positional argument may fill, and a keyword too."""
     try:
         signature = inspect.signature(fn)
@@ -50,7 +80,9 @@ class StepFunction:
     """A function declared as a step by ``@step.do(...)`` or ``@step.with_rollback(...)``: calling it
     runs the step (answered from the journal on a replay)."""
 
-    def __init__(self, step, name: str, func, config, depends, concurrent: bool):
+    def __init__(self, step: DeclaringStep, name: str, func: Callable[..., Any],
+                 config: dict[str, Any] | None, depends: Sequence[StepFunction] | None,
+                 concurrent: bool) -> None:
         if not callable(func):
             raise InvalidStepInput(f"@step.do({name!r}) decorates a function, got {type(func).__name__}")
         for dependency in depends or ():
@@ -64,35 +96,35 @@ class StepFunction:
         self.config = config
         self.depends = list(depends or ())
         self.concurrent = bool(concurrent)
-        self.undo_handler = None
-        self.undo_config = None
+        self.undo_handler: Callable[..., Any] | None = None
+        self.undo_config: dict[str, Any] | None = None
         # Declared by step.with_rollback: calling it without an undo is a mistake, said at once.
         self.requires_undo = False
-        self._results: list = []
+        self._results: list[Any] = []
         functools.update_wrapper(self, func)
 
     # The names Cloudflare's SDK keeps these under, which ported code (its own tests among it) reads.
     @property
-    def _undo_handler(self):
+    def _undo_handler(self) -> Callable[..., Any] | None:
         return self.undo_handler
 
     @property
-    def _config(self):
+    def _config(self) -> dict[str, Any] | None:
         return self.config
 
     @property
-    def _undo_config(self):
+    def _undo_config(self) -> dict[str, Any] | None:
         return self.undo_config
 
     def __repr__(self) -> str:
         return f"<step function {self.name!r}>"
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         value = self._step._run_do(*self.prepare(args, kwargs))
         self._results.append(value)
         return value
 
-    def dependencies(self, names, given) -> list[tuple[str | None, StepFunction]]:
+    def dependencies(self, names: Sequence[str], given: set[str]) -> list[tuple[str | None, StepFunction]]:
         """The steps whose results this one takes, with the parameter each goes to (None: run first, not
         passed in): those of ``depends``, then those named by a parameter."""
         found = [(next((n for n in (d.func.__name__, d.name) if n in names and n not in given
@@ -113,7 +145,8 @@ class StepFunction:
                 "undo is declared with @step.do)"
             )
 
-    def prepare(self, args=(), kwargs=None) -> tuple:
+    def prepare(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+                ) -> tuple[str, Callable[..., Any], dict[str, Any] | None]:
         """``(name, body, config)`` of this step's call, its dependencies resolved first: one after
         another, or side by side (``step.all``) with ``concurrent=True``."""
         self.refuse_without_undo()
@@ -127,7 +160,7 @@ class StepFunction:
             values = replay.call(replay.concurrent.all_steps, [d.prepare() for d in unresolved])
             for dependency, value in zip(unresolved, values):
                 dependency._results.append(value)
-        leftover = None
+        leftover: Iterator[str] | None = None
         for parameter, dependency in dependencies:
             value = dependency.result()
             if parameter is None:
@@ -139,10 +172,11 @@ class StepFunction:
                 kwargs[parameter] = value
         func = self.func
         if CONTEXT_PARAMETER in names and CONTEXT_PARAMETER not in given:
-            def body(ctx):
+            def body(ctx: StepContext) -> Any:
                 return func(*args, ctx=ctx, **kwargs)
         else:
-            def body():  # type: ignore[misc]  # no ctx parameter: how wants_context() tells the two apart
+            # No ctx parameter: how wants_context() tells the two apart.
+            def body() -> Any:  # type: ignore[misc]
                 return func(*args, **kwargs)
         config = self.config
         if self.undo_handler is not None:
@@ -154,15 +188,21 @@ class StepFunction:
                 config["rollback_config"] = undo_config
         return self.name, body, config
 
-    def result(self):
+    def result(self) -> Any:
         """This step's result in this replay: the last call's, or the step run now if it has not been."""
         # The plain call, not an async step function's awaitable: a dependency's value is passed in.
         return self._results[-1] if self._results else StepFunction.__call__(self)
 
-    def undo(self, handler=None, *, config=None):
+    @overload
+    def undo(self, handler: None = None, *, config: dict[str, Any] | None = None) -> Callable[[F], F]: ...
+
+    @overload
+    def undo(self, handler: F, *, config: dict[str, Any] | None = None) -> F: ...
+
+    def undo(self, handler: F | None = None, *, config: dict[str, Any] | None = None) -> F | Callable[[F], F]:
         """Declare the step's undo (``@charge.undo``): it runs, as a durable step of its own, when
         ``step.rollback_all(error)`` is called or ``run()`` fails after this step succeeded."""
-        def declare(fn):
+        def declare(fn: F) -> F:
             if not callable(fn):
                 raise InvalidStepInput(f"{self.name!r}.undo decorates a function, got {type(fn).__name__}")
             self.undo_handler, self.undo_config = fn, config

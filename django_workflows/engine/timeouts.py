@@ -64,7 +64,8 @@ import math
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -74,8 +75,12 @@ if TYPE_CHECKING:
 
 from django_workflows.control_flow import AttemptTimedOut
 
+T = TypeVar("T")
+# sys.unraisablehook's type: what Python calls with an exception it cannot raise (one in a finalizer).
+UnraisableHook = Callable[["sys.UnraisableHookArgs"], object]
 
-def _set_async_exc(thread_id: int, exc_type) -> None:
+
+def _set_async_exc(thread_id: int, exc_type: type[BaseException]) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc_type))
 
 
@@ -108,7 +113,7 @@ class _Watch:
 
     __slots__ = ("deadline", "thread_id", "done", "fired")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.deadline = math.inf  # until watched
         self.thread_id = threading.get_ident()
         self.done = False
@@ -124,7 +129,7 @@ class Watchdog:
     the heap until their deadline, or dropped all at once when they are most of it.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         # The attempts interrupted at least once and not yet unwatched, by thread.
         self._fired: dict[int, _Watch] = {}
         self._lock = threading.Lock()
@@ -206,7 +211,7 @@ class Watchdog:
                 heapq.heappush(self._heap, (time.monotonic() + INTERRUPT_AGAIN_AFTER, next(self._counter), entry))
 
 
-    def raise_again_if_lost(self, exc_type) -> bool:
+    def raise_again_if_lost(self, exc_type: object) -> bool:
         """Called in the thread where an exception of ``exc_type`` was dropped: if it was this
         thread's attempt's interruption, have it raised again in a moment and say so. Not at once:
         raised now, it would land in the hook that called this, and be dropped again."""
@@ -231,10 +236,10 @@ class Watchdog:
 watchdog = Watchdog()
 
 
-def _raising_lost_interruptions_again(report):
+def _raising_lost_interruptions_again(report: UnraisableHook) -> UnraisableHook:
     """``sys.unraisablehook`` over ``report``: an attempt's interruption dropped in a finalizer is raised
     again rather than reported; everything else is reported as before."""
-    def hook(unraisable):
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
         if not watchdog.raise_again_if_lost(unraisable.exc_type):
             report(unraisable)
 
@@ -242,7 +247,8 @@ def _raising_lost_interruptions_again(report):
     return hook
 
 
-def call_with_timeout(fn, seconds: float, journal: BaseDatabaseWrapper | None = None, callers=None):
+def call_with_timeout(fn: Callable[[], T], seconds: float, journal: BaseDatabaseWrapper | None = None,
+                      callers: tuple[BaseDatabaseWrapper, ...] | None = None) -> T:
     """Call ``fn()``; raise ``AttemptTimedOut`` if it runs longer than ``seconds``.
 
     Whether it returns or raises, no interruption is pending any more, and if ``fn`` was interrupted,
@@ -366,7 +372,8 @@ def discard(wrapper: BaseDatabaseWrapper) -> None:
             pass
 
 
-def _roll_back(vendor: str, raw) -> None:
+def _roll_back(vendor: str, raw: Any) -> None:
+    # ``raw``: the driver's connection (sqlite3's, psycopg's), which Django's wrapper holds untyped.
     if vendor == "sqlite":
         if raw.in_transaction:
             raw.rollback()

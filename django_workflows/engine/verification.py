@@ -41,7 +41,7 @@ class Divergence:
     step: str | None = None  # the step run() asked for
     expected_step: str | None = None  # the step the journal has there
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -72,7 +72,7 @@ class _UnwrittenPatches(PatchSteps):
 
 
 class _UnwrittenTags(TagSteps):
-    def write(self, marker: dict) -> None:
+    def write(self, marker: dict[str, Any]) -> None:
         # Verifying reads the journal and changes nothing, tags included.
         pass
 

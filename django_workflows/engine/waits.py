@@ -212,12 +212,12 @@ def entry_timeout(entry: Entry, fallback: timedelta) -> timedelta:
     return entry.wake_at - entry.started_at if entry.wake_at and entry.started_at else fallback
 
 
-def _step_event(result: dict, typed: bool, where: Callable[[], str]) -> WorkflowStepEvent:
+def _step_event(result: dict[str, Any], typed: bool, where: Callable[[], str]) -> WorkflowStepEvent:
     return WorkflowStepEvent(type=result["type"], payload=read_back(result["payload"], typed, where),
                              timestamp=datetime.fromisoformat(result["timestamp"]))
 
 
-def _as_wake_time(name: str, value) -> datetime:
+def _as_wake_time(name: str, value: object) -> datetime:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise InvalidStepInput(

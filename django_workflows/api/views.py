@@ -16,12 +16,11 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_workflows import access, audit, declared_events, sending, workflows
+from django_workflows import access, audit, declared_events, sending, subjects, workflows
 from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
 from django_workflows.api.access import APIAccess
-from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.pagination import InstancePagination, whole_number
 from django_workflows.api.schema import operation
@@ -184,6 +183,11 @@ class WorkflowDetailView(WorkflowAPIView):
         return Response(s.WorkflowSerializer(describe_workflow(name, within)).data)
 
 
+def subject_row(data):
+    """The row a create's ``"subject": "app.model:pk"`` names, or None; none there is a 400 before any insert."""
+    return None if data.get("subject") is None else subjects.load(data["subject"])
+
+
 class InstanceListView(WorkflowAPIView):
     required_permissions = {"POST": perms.ADD}
 
@@ -232,6 +236,7 @@ class InstanceListView(WorkflowAPIView):
             created = handle.create(id=serializer.validated_data.get("instance_id"),
                                     params=serializer.validated_data.get("params"),
                                     retention=serializer.validated_data.get("retention"),
+                                    subject=subject_row(serializer.validated_data),
                                     tags=serializer.validated_data.get("tags"))
             self.created_visible([created])
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
@@ -249,7 +254,8 @@ class InstanceBatchView(WorkflowAPIView):
         serializer.is_valid(raise_exception=True)
         with transaction.atomic():
             created = handle.create_batch([
-                {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention")}
+                {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention"),
+                 "subject": subject_row(item), "tags": item.get("tags")}
                 for item in serializer.validated_data
             ])
             self.created_visible(created)

@@ -152,8 +152,10 @@ faketime:
 #                       reports goals, asserts none.
 # make bench SCALE=1  - only the scale part (benchmarks/scale.py, ~15 minutes): PostgreSQL's bench_scale
 #                       (created and dropped) loaded with 1,000,000 instances, 10,000,000 steps and
-#                       1,000,000 events; the admin's and the API's pages, the CLI's list, the wake-up
-#                       query, the sweeper and retention timed and explained; writes benchmarks/SCALE.md.
+#                       1,000,000 events, the instances tagged and half bound to a subject; the admin's
+#                       and the API's pages (their tag and subject filters too), the CLI's list, the
+#                       wake-up query, the sweeper and retention timed and explained; writes
+#                       benchmarks/SCALE.md.
 #                       SCALE_INSTANCES, SCALE_STEPS, SCALE_EVENTS load less.
 QUICK ?=
 SCALE ?=

@@ -2,7 +2,7 @@
 #               tests/integration, tests/conformance, the example project's tests) on SQLite and, at the same time, on PostgreSQL if reachable:
 #               about 3 minutes on two cores
 # make test-all - make test, then the system tier (tests/system: worker processes, a browser, load, a fresh
-#               project, the demo) on SQLite, then on PostgreSQL, one test at a time: what CI runs
+#               project, the demo) on SQLite and on PostgreSQL at once, each one test at a time: what CI runs
 # make demo   - a small end-to-end example on SQLite (its own, smaller install: the package and [demo])
 # make docs   - build the documentation site (docs/, mkdocs.yml) into site/ with mkdocs --strict
 # make dist   - build the sdist and wheel into dist/, twine check them, install the wheel in a new venv
@@ -51,15 +51,15 @@ test:
 	@echo "== the SQLite and PostgreSQL passes run at once: each one's output follows when it ends"
 	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-sqlite test-postgres
 
-# The system tier after the fast tiers, on SQLite then on PostgreSQL: its tests time real worker processes,
-# and share one Redis database.
+# The system tier after the fast tiers, on SQLite and on PostgreSQL at once (each pass with a Redis
+# database of its own: 5 and 6), as make test runs its two passes.
 test-all: test
-	@$(MAKE) --no-print-directory test-sqlite test-postgres TIER=system
+	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-sqlite test-postgres TIER=system
 
 test-sqlite: $(VENV)/.installed
 ifeq ($(TIER),system)
 	@echo "== pytest on SQLite: $(SYSTEM_TITLE)"
-	$(SQLITE_ENV) $(PY) -m pytest $(SYSTEM_ARGS)
+	$(SQLITE_ENV) TEST_REDIS_DB=5 $(PY) -m pytest $(SYSTEM_ARGS)
 else
 	@$(PY) -c "import django, sys; print(f'== Python {sys.version.split()[0]}, Django {django.get_version()}')"
 	$(SQLITE_ENV) $(PY) -m django check --fail-level WARNING
@@ -81,7 +81,7 @@ test-postgres: $(VENV)/.installed
 	fi; \
 	if [ "$(TIER)" = "system" ]; then \
 		echo "== pytest on PostgreSQL ($$url): $(SYSTEM_TITLE)"; \
-		DATABASE_URL="$$url" $(PY) -m pytest $(SYSTEM_ARGS); \
+		DATABASE_URL="$$url" TEST_REDIS_DB=6 $(PY) -m pytest $(SYSTEM_ARGS); \
 	else \
 		echo "== pytest on PostgreSQL ($$url): the unit, integration and conformance tiers"; \
 		DATABASE_URL="$$url" $(TEST_ENV) $(PY) -m django check --fail-level WARNING && \
@@ -152,8 +152,10 @@ faketime:
 #                       reports goals, asserts none.
 # make bench SCALE=1  - only the scale part (benchmarks/scale.py, ~15 minutes): PostgreSQL's bench_scale
 #                       (created and dropped) loaded with 1,000,000 instances, 10,000,000 steps and
-#                       1,000,000 events; the admin's and the API's pages, the CLI's list, the wake-up
-#                       query, the sweeper and retention timed and explained; writes benchmarks/SCALE.md.
+#                       1,000,000 events, the instances tagged and half bound to a subject; the admin's
+#                       and the API's pages (their tag and subject filters too), the CLI's list, the
+#                       wake-up query, the sweeper and retention timed and explained; writes
+#                       benchmarks/SCALE.md.
 #                       SCALE_INSTANCES, SCALE_STEPS, SCALE_EVENTS load less.
 # make bench BASE=<commit> - A/B: parts 2-5 of HEAD and of that commit, interleaved in pairs, each figure
 #                       with the ratio HEAD/base and its spread; the base's package is built in a virtualenv

@@ -26,12 +26,12 @@ def _first(name: str, *modules: str) -> Any:
 
 
 def replay(*args, **kwargs):
-    return _first("replay", "django_workflows.engine.replay", "django_workflows.replay",
+    return _first("replay", "django_workflows.engine.replay", "django_workflows.engine.replay",
                   "django_workflows.engine")(*args, **kwargs)
 
 
 def default_policy():
-    return _first("default_policy", "django_workflows.engine.policy", "django_workflows.policy",
+    return _first("default_policy", "django_workflows.engine.policy", "django_workflows.engine.policy",
                   "django_workflows.engine")()
 
 

@@ -5,7 +5,10 @@ The shapes are those the engine writes: most instances complete, some errored or
 ones waiting (asleep until a wake time, or for an event until a deadline), queued, running under a
 lease, or paused. Each has a journal of 1 to 19 steps (10 on average) that ends as its status says, one
 instance has 10,000 steps, and the events are those the waits consumed plus others buffered in the
-inboxes. Everything is derived from the instance's number, so a load is the same every time.
+inboxes. Half the instances are about a user (``create(subject=user)``, ten instances a user), and every
+instance has tags (``create(tags=...)``): a tenant of 1,000 (a thousand instances each), a region of 4
+(a quarter of the million each), and one in ten a customer of its own. Everything is derived from the
+instance's number, so a load is the same every time.
 
 The tables' secondary indexes and unique constraints are dropped for the load and made again after it
 from the catalog's own definitions (``pg_get_indexdef``, ``pg_get_constraintdef``), so the schema ends
@@ -32,6 +35,24 @@ STATUSES = [("complete", 8800), ("errored", 300), ("terminated", 100), ("waiting
 DAYS = 32  # created over the last 32 days: those that ended more than RETENTION_DAYS (30) ago are due
 BIG_STEPS = 10_000
 VERSIONS = ["2026.10.1", "2026.10.2", "2026.11.1", "2026.11.2", "2026.12.1"]
+TENANTS = 1_000
+REGIONS = ["eu", "us", "apac", "latam"]
+SUBJECTS_EVERY = 2   # one instance in two is about a user ...
+PER_SUBJECT = 10     # ... and each user has ten instances
+SUBJECT_MODEL = ("auth", "user")
+
+
+def tenant_of(i: int) -> str:
+    return f"tenant-{(i * 7919) % TENANTS:04d}"
+
+
+def region_of(i: int) -> str:
+    return REGIONS[(i // 3) % len(REGIONS)]
+
+
+def subject_of(i: int) -> int | None:
+    """The primary key of the user instance ``i`` is about, or None for one about nothing."""
+    return None if i % SUBJECTS_EVERY else 1 + (i // SUBJECTS_EVERY) // PER_SUBJECT
 
 
 def _table(count: int, shares) -> list:
@@ -109,12 +130,13 @@ INSTANCE_COLUMNS = [
     "waiting_for", "current_step", "lease_owner", "lease_expires_at", "epoch", "created_at", "started_at",
     "ended_at", "updated_at", "crash_count", "waiting_reason", "terminating", "success_retention",
     "error_retention", "purge_at", "cpu_ms", "step_wall_ms", "on_parent_end", "parent_id", "parent_step",
-    "version",
+    "version", "subject_type_id", "subject_id",
 ]
 STEP_COLUMNS = ["id", "instance_id", "key", "name", "kind", "status", "attempts", "config", "result", "error",
                 "wake_at", "started_at", "ended_at", "settled_in"]
 EVENT_COLUMNS = ["id", "instance_id", "type", "payload", "received_at", "sender", "consumed_by_id",
                  "consumed_at", "delivery"]
+TAG_COLUMNS = ["id", "instance_id", "key", "value"]
 N = r"\N"
 FINISHED = ("complete", "errored", "terminated")
 
@@ -124,7 +146,7 @@ def _deadline(i: int, now_s: float) -> float:
     return now_s + 3600 + (i * 13) % (7 * 86_400)
 
 
-def _instance_rows(total: int, big: int, ts: Clock, now_s: float):
+def _instance_rows(total: int, big: int, ts: Clock, now_s: float, subject_type: int):
     for i in range(1, total + 1):
         s = Shape(i, total, big)
         created = s.created
@@ -168,12 +190,15 @@ def _instance_rows(total: int, big: int, ts: Clock, now_s: float):
             elif status == "queued" and i % 10 == 0:
                 updated = now_s - 600  # its replay task was lost: the sweeper enqueues it again
         version = VERSIONS[min(len(VERSIONS) - 1, created * len(VERSIONS) // (DAYS * 86_400))]
+        subject = subject_of(i)
+        subject_columns = f"{N}\t{N}" if subject is None else f"{subject_type}\t{subject}"
         yield (
             f"{i}\t{s.workflow}\torder-{i:08d}\t{_json({'order': i, 'items': 1 + i % 5})}\t{status}\t{output}\t"
             f"{error}\t{traceback}\t{wake_at}\t{waiting_for}\t{current}\t{lease_owner if lease_owner != N else ''}\t"
             f"{lease_expires}\t{1 + i % 3}\t{ts(created)}\t{ts(started)}\t{ts(ended) if ended else N}\t"
             f"{ts(updated)}\t0\t{N}\tf\t{'7 days' if purge_at != N else N}\t{'7 days' if purge_at != N else N}\t"
-            f"{purge_at}\t{s.steps * 0.3:.1f}\t{s.steps * 1.5:.1f}\tterminate\t{N}\t{N}\t{version}\n"
+            f"{purge_at}\t{s.steps * 0.3:.1f}\t{s.steps * 1.5:.1f}\tterminate\t{N}\t{N}\t{version}\t"
+            f"{subject_columns}\n"
         )
 
 
@@ -258,7 +283,20 @@ def _event_rows(total: int, big: int, ts: Clock, budget: int, steps_budget: int)
                    f"webhook:shop@10.0.0.1\t{N}\t{N}\t{N}\n")
 
 
-TABLES = ("django_workflows_instance", "django_workflows_step", "django_workflows_event")
+def _tag_rows(total: int):
+    """Each instance's tags: its tenant and region, and one in ten its customer."""
+    tag_id = 0
+    for i in range(1, total + 1):
+        tags = [("tenant", tenant_of(i)), ("region", region_of(i))]
+        if i % 10 == 0:
+            tags.append(("customer", f"customer-{i:08d}"))
+        for key, value in tags:
+            tag_id += 1
+            yield f"{tag_id}\t{i}\t{key}\t{value}\n"
+
+
+TABLES = ("django_workflows_instance", "django_workflows_step", "django_workflows_event",
+          "django_workflows_instancetag")
 
 
 def _secondary_indexes(connection) -> list[tuple[str, str, str, str | None]]:
@@ -297,15 +335,18 @@ def load(connection, instances: int, steps: int, events: int) -> dict:
     ts = Clock(start)
     now_s = (now - start).total_seconds()
     big = instances // 2  # in the middle of the month: neither the newest nor the oldest
+    subject_type = connection.execute("SELECT id FROM django_content_type WHERE app_label = %s AND model = %s",
+                                      list(SUBJECT_MODEL)).fetchone()[0]
     timings = {}
     indexes = _secondary_indexes(connection)
     _drop(connection, indexes)
     connection.execute("SET session_replication_role = replica")
     try:
         for table, columns, rows in (
-            ("django_workflows_instance", INSTANCE_COLUMNS, _instance_rows(instances, big, ts, now_s)),
+            ("django_workflows_instance", INSTANCE_COLUMNS, _instance_rows(instances, big, ts, now_s, subject_type)),
             ("django_workflows_step", STEP_COLUMNS, _step_rows(instances, big, ts, now_s, steps)),
             ("django_workflows_event", EVENT_COLUMNS, _event_rows(instances, big, ts, events, steps)),
+            ("django_workflows_instancetag", TAG_COLUMNS, _tag_rows(instances)),
         ):
             began = time.monotonic()
             n = _copy(connection, table, columns, rows)
@@ -321,7 +362,7 @@ def load(connection, instances: int, steps: int, events: int) -> dict:
         connection.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                            f"(SELECT coalesce(max(id), 0) + 1 FROM {table}), false)")
     began = time.monotonic()
-    connection.execute("VACUUM ANALYZE django_workflows_instance, django_workflows_step, django_workflows_event")
+    connection.execute(f"VACUUM ANALYZE {', '.join(TABLES)}")
     timings["vacuum_analyze"] = {"seconds": round(time.monotonic() - began, 1)}
     log(f"   VACUUM ANALYZE in {timings['vacuum_analyze']['seconds']} s")
     return {"big_instance": big, "loaded_at": now.isoformat(), "tables": timings}

@@ -13,11 +13,12 @@ import io
 import time
 from datetime import datetime
 
+from benchmarks import scale_load
 from benchmarks.common import log, percentile
 
 GOAL_MS = 300.0
 """Every page and endpoint's goal: a p99 of at most this."""
-WATCHED = ("django_workflows_instance", "django_workflows_step")
+WATCHED = ("django_workflows_instance", "django_workflows_step", "django_workflows_instancetag")
 """The tables no request path may read sequentially."""
 
 
@@ -142,8 +143,14 @@ def measure(loaded: dict, repeat: int) -> list[dict]:
     api_list = reverse("django_workflows_api:instance-list", args=["bench-three"])
     api_big = reverse("django_workflows_api:instance-detail", args=[big.workflow_name, big.instance_id])
 
-    def cli_list():
-        call_command("workflows", "instances", "list", "bench-three", stdout=io.StringIO())
+    def cli_list(*filters):
+        return lambda: call_command("workflows", "instances", "list", "bench-three", *filters, stdout=io.StringIO())
+
+    # A tenant holds a thousandth of the instances, a region a quarter, a customer one; a subject ten.
+    tenant, region, customer = scale_load.tenant_of(some.pk), scale_load.region_of(some.pk), "customer-00000010"
+    about = (Instance.objects.filter(workflow_name="bench-three", subject_id__isnull=False, pk__gte=some.pk)
+             .order_by("pk").values_list("subject_id", flat=True).first())
+    subject = f"{'.'.join(scale_load.SUBJECT_MODEL)}:{about}"
 
     # The loops run at the load's moment, however long ago it was (--reuse): the same instances are due.
     now = datetime.fromisoformat(loaded["loaded_at"])
@@ -179,7 +186,18 @@ def measure(loaded: dict, repeat: int) -> list[dict]:
         ("API: instance list, page 100", _checked(api, api_list, page="100"), True),
         ("API: instance of 10,000 steps", _checked(api, api_big), True),
         ("API: its last page of steps", _checked(api, api_big, steps_page="100"), True),
-        ("CLI: workflows instances list", cli_list, True),
+        ("admin: list, tag tenant", _checked(admin, changelist, tag=f"tenant={tenant}"), True),
+        ("admin: list, tag region (a quarter)", _checked(admin, changelist, tag=f"region={region}"), True),
+        ("admin: list, subject", _checked(admin, changelist, subject=subject), True),
+        ("API: instance list, tag tenant", _checked(api, api_list, **{"tag.tenant": tenant}), True),
+        ("API: instance list, tag region (a quarter)", _checked(api, api_list, **{"tag.region": region}), True),
+        ("API: instance list, tenant and region", _checked(api, api_list, **{"tag.tenant": tenant,
+                                                                               "tag.region": region}), True),
+        ("API: instance list, tag customer (one)", _checked(api, api_list, **{"tag.customer": customer}), True),
+        ("API: instance list, subject", _checked(api, api_list, subject=subject), True),
+        ("CLI: workflows instances list", cli_list(), True),
+        ("CLI: instances list --tag", cli_list("--tag", f"tenant={tenant}"), True),
+        ("CLI: instances list --subject", cli_list("--subject", subject), True),
         ("wake-up: next_wake_time", dispatch.next_wake_time, False),
         ("wake-up: wake_due", _rolled_back(lambda: dispatch.wake_due(now)), False),
         ("sweeper: sweep", _rolled_back(lambda: dispatch.sweep(now)), False),

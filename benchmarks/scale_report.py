@@ -33,17 +33,19 @@ def render(loaded: dict, results: list[dict], goal_ms: float, idle: dict | None 
         "",
         "Loaded with `COPY` into the migrated tables (`benchmarks/scale_load.py`): "
         + ", ".join(f"{n:,} rows in `{name}`" for name, n in rows.items())
-        + f"; instance {loaded['big_instance']} has 10,000 steps. "
+        + f"; instance {loaded['big_instance']} has 10,000 steps; half the instances are about a user "
+        "(ten a user), each has a tenant (1,000 of them) and a region (4) as tags, one in ten a customer. "
         + (f"The load took {loaded['seconds']:.0f} s "
            "(" + ", ".join(f"{k}: {v['seconds']} s" for k, v in tables.items()) + ")."
            if "seconds" in loaded else "The load was reused (`--reuse`)."),
         "",
         f"Each path timed over {results[0].get('repeat', 'repeated')} requests in-process (Django's "
         f"test client, a superuser logged in; the API with a token) after one warm-up request. Goal: p99 at "
-        f"most {goal_ms:.0f} ms, and no sequential scan of `django_workflows_instance` or "
-        f"`django_workflows_step` (EXPLAIN of every query of the warm-up request that touches the workflow tables).",
+        f"most {goal_ms:.0f} ms, and no sequential scan of `django_workflows_instance`, "
+        f"`django_workflows_step` or `django_workflows_instancetag` (EXPLAIN of every query of the warm-up "
+        f"request that touches the workflow tables).",
         "",
-        "| path | p50 ms | p99 ms | queries | seq scan of instance/step | goal | met |",
+        "| path | p50 ms | p99 ms | queries | seq scan of instance/step/tags | goal | met |",
         "|---|---:|---:|---:|---|---|---|",
     ]
     for row in results:

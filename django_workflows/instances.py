@@ -38,6 +38,7 @@ from django_workflows.tags import validate_tags
 from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 100
+BATCH_KEYS = ("id", "params", "retention", "subject", "tags")
 
 MAX_RETENTION = timedelta(days=365)
 """The longest retention an instance may choose for itself (``create(retention=...)``)."""
@@ -153,26 +154,31 @@ class WorkflowHandle:
         return handle
 
     def create_batch(self, batch) -> list[InstanceHandle]:
-        """Create up to 100 instances from ``[{"id": ..., "params": ..., "retention": ...}, ...]`` (each
-        key optional; ``retention`` as ``create()`` takes it).
+        """Create up to 100 instances from ``[{"id": ..., "params": ..., "retention": ..., "subject": ...,
+        "tags": ...}, ...]`` (each key optional; each as ``create()`` takes it).
 
-        Ids that already exist are skipped, so sending the same batch twice creates
-        each instance once. Returns a handle for every item, in order. An item it cannot take raises
-        ``InvalidParams`` and creates none of the batch.
+        Ids that already exist are skipped, so sending the same batch twice creates each instance once
+        (an item skipped keeps the subject and tags it was created with). Returns a handle for every item,
+        in order. An item it cannot take raises ``InvalidParams`` (``InvalidSubject``, ``InvalidTags``) and
+        creates none of the batch.
         """
         batch = list(batch)
         if len(batch) > MAX_BATCH:
             raise InvalidParams(f"A batch holds at most {MAX_BATCH} instances, got {len(batch)}; split it.")
-        instances = []
+        instances, tags = [], {}
         for item in batch:
-            if not isinstance(item, dict) or set(item) - {"id", "params", "retention"}:
-                raise InvalidParams(
-                    f"Each batch item must be a dict with 'id', 'params' and/or 'retention', got {item!r}")
-            instances.append(self._new_instance(item.get("id"), item.get("params"), item.get("retention")))
+            if not isinstance(item, dict) or set(item).difference(BATCH_KEYS):
+                raise InvalidParams(f"Each batch item must be a dict with {', '.join(map(repr, BATCH_KEYS))} "
+                                    f"(each optional), got {item!r}")
+            item_tags = validate_tags(item.get("tags"), "create_batch(tags=...)")
+            instance = self._new_instance(item.get("id"), item.get("params"), item.get("retention"),
+                                          item.get("subject"))
+            instances.append(instance)
+            tags[instance.instance_id] = {key: value for key, value in item_tags.items() if value is not None}
         ids = [instance.instance_id for instance in instances]
         if len(set(ids)) != len(ids):
             raise InvalidParams("The batch repeats an instance id; each id may appear once.")
-        rows, created = steering.insert_batch(self.name, instances)
+        rows, created = steering.insert_batch(self.name, instances, tags)
         handles = [InstanceHandle.from_row(self.name, instance_id, rows[instance_id], self.workflow_class)
                    for instance_id in ids]
         for handle in handles:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.db import models
 
 from django_workflows.errors import InvalidSubject
@@ -43,6 +44,23 @@ def parse_reference(text: Any) -> tuple[ContentType, str]:
     except ContentType.DoesNotExist:
         raise InvalidSubject(f"subject {text!r}: no installed model is called {label!r}; write {FORM}.") from None
     return content_type, pk
+
+
+def load(text: Any) -> models.Model:
+    """The row ``"shop.order:42"`` names, read from its table: what binds an instance created through the API
+    or the CLI. A reference it cannot read, a model not installed, or a row that does not exist (or a key
+    the model's primary key cannot hold) is ``InvalidSubject``: an instance is bound to a row that exists
+    when it is created, as ``create(subject=order)`` binds one."""
+    content_type, pk = parse_reference(text)
+    model = content_type.model_class()
+    if model is None:
+        raise InvalidSubject(f"subject {text!r}: the model {content_type.app_label}.{content_type.model} is no "
+                             f"longer installed; write {FORM}.")
+    try:
+        return model._default_manager.get(pk=pk)
+    except (ObjectDoesNotExist, ValueError, TypeError, ValidationError):
+        raise InvalidSubject(f"subject {text!r}: there is no {model._meta.label} with the primary key {pk!r}; "
+                             "an instance is bound to a row that exists.") from None
 
 
 def reference(content_type_id: int | None, pk: str | None) -> str | None:

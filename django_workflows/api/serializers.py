@@ -83,6 +83,10 @@ class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
         required=False, allow_null=True, child=serializers.JSONField(),
         help_text="Tags it is searched by: {\"tenant\": \"acme\"}, keys of 1 to 64 letters, digits, '_' "
                   "and '-', values strings of 1 to 255 characters, at most 32.")
+    subject = StrictCharField(
+        required=False, allow_null=True, max_length=400, trim_whitespace=False,
+        help_text="The row it is about, as app_label.model:pk (shop.order:42): read when the instance is "
+                  "created, so a row that does not exist is a 400 invalid_subject and nothing is created.")
 
 
 class BatchSerializer(serializers.ListSerializer):

@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from django_workflows.api import bulk, stored_values, views
+from django_workflows.api import bulk, stored_values, views, webhook_view
 from django_workflows.api.schema import SchemaView, schema_ui
 
 app_name = "django_workflows_api"
@@ -20,7 +20,7 @@ operations = [
          name="instance-value"),
     path("<str:name>/instances/<str:instance_id>/events/<str:event_type>/", views.InstanceEventView.as_view(),
          name="instance-event"),
-    path("<str:name>/instances/<str:instance_id>/webhooks/<str:event_type>/", views.WebhookView.as_view(),
+    path("<str:name>/instances/<str:instance_id>/webhooks/<str:event_type>/", webhook_view.WebhookView.as_view(),
          name="instance-webhook"),
 ]
 

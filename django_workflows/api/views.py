@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
@@ -12,16 +11,14 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import status as http
 from rest_framework.exceptions import NotAuthenticated, PermissionDenied
-from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_workflows import access, audit, declared_events, sending, workflows
+from django_workflows import access, declared_events, sending, subjects, workflows
 from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
 from django_workflows.api.access import APIAccess
-from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.pagination import InstancePagination, whole_number
 from django_workflows.api.references import with_addresses
@@ -34,8 +31,6 @@ from django_workflows.instances import InstanceHandle, WorkflowHandle
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import MAX_VERSION
 from django_workflows.validation import validate_instance_id
-from django_workflows.webhook_secrets import secret_for
-from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "Invalid input (id, event type, params, retention, JSON).",
@@ -186,6 +181,11 @@ class WorkflowDetailView(WorkflowAPIView):
         return Response(s.WorkflowSerializer(describe_workflow(name, within)).data)
 
 
+def subject_row(data):
+    """The row a create's ``"subject": "app.model:pk"`` names, or None; none there is a 400 before any insert."""
+    return None if data.get("subject") is None else subjects.load(data["subject"])
+
+
 class InstanceListView(WorkflowAPIView):
     required_permissions = {"POST": perms.ADD}
 
@@ -234,6 +234,7 @@ class InstanceListView(WorkflowAPIView):
             created = handle.create(id=serializer.validated_data.get("instance_id"),
                                     params=serializer.validated_data.get("params"),
                                     retention=serializer.validated_data.get("retention"),
+                                    subject=subject_row(serializer.validated_data),
                                     tags=serializer.validated_data.get("tags"))
             self.created_visible([created])
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
@@ -251,7 +252,8 @@ class InstanceBatchView(WorkflowAPIView):
         serializer.is_valid(raise_exception=True)
         with transaction.atomic():
             created = handle.create_batch([
-                {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention")}
+                {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention"),
+                 "subject": subject_row(item), "tags": item.get("tags")}
                 for item in serializer.validated_data
             ])
             self.created_visible(created)
@@ -343,53 +345,3 @@ class InstanceEventView(WorkflowAPIView):
         summary = instance_summary(self.instance_row(row)) if sees_it else None
         accepted = {"accepted": True, "event_id": sent.event_id, "instance": summary, "type": event_type}
         return Response(s.EventAcceptedSerializer(accepted).data, status=http.HTTP_202_ACCEPTED)
-
-
-_UNGUESSABLE_SECRET = secrets.token_hex(32)
-
-
-class WebhookView(InstanceEventView):
-    """Events from senders that sign the body instead of authenticating (see django_workflows.webhooks)."""
-
-    authentication_classes: list = []
-    channel = declared_events.WEBHOOK
-
-    def sending_user(self, request):
-        return None
-
-    def acting_user(self):
-        return None  # the signature, checked first, is the authority
-
-    def get_authenticators(self):
-        return []
-
-    def get_permissions(self):
-        return [AllowAny()]
-
-    def sender(self, request) -> str:
-        # Printable characters only: the header is anyone's text, and PostgreSQL refuses NUL.
-        source = "".join(c for c in request.headers.get(SOURCE_HEADER, "")[:100] if c.isprintable())
-        return audit.sender("webhook", f"{source or 'unnamed'}@{request.META.get('REMOTE_ADDR', '?')}")
-
-    @operation(operation_id="instances_webhook", request={"application/json": {}}, auth=[],
-                   parameters=[OpenApiParameter(SIGNATURE_HEADER, str, OpenApiParameter.HEADER, required=True,
-                                                description="t=<unix time>,v1=<hex HMAC-SHA256 of 't.body', or "
-                                                            "of 't.key.body' with an Idempotency-Key>"),
-                               IDEMPOTENCY_PARAMETER],
-                   responses={202: s.EventAcceptedSerializer, **errors(400, 401, 403, 404, 409, 413, 415, 429)})
-    def post(self, request, name, instance_id, event_type):
-        # A workflow without a secret (or no workflow at all) answers as a wrong signature does, so an
-        # unauthenticated sender learns neither which workflows exist nor which take webhooks.
-        # A secret that cannot be used (not text, too short) counts as none: logged, not shown.
-        secret = secret_for(name) or _UNGUESSABLE_SECRET
-        try:
-            body = request.body
-        except RequestDataTooBig:
-            raise exceptions.PayloadTooLarge("The request body is over the server's upload limit.") from None
-        try:
-            digest = verify(secret, body, request.headers.get(SIGNATURE_HEADER),
-                            workflow_settings.WEBHOOK_TOLERANCE_SECONDS, idempotency_key=idempotency_key(request))
-        except SignatureError as exc:
-            raise exceptions.BadSignature(str(exc)) from None
-        self.delivery = delivery_id(digest)
-        return super().post(request, name, instance_id, event_type)

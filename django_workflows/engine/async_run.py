@@ -6,9 +6,8 @@ replay's own, so ``asyncio.gather``, ``asyncio.wait`` and ``asyncio.as_completed
     receipt, label = await asyncio.gather(step.do("charge", charge), step.do("print label", label))
     done, _ = await asyncio.wait([approval, reminder], return_when=asyncio.FIRST_COMPLETED)
 
-Each step call takes its key when it is called (so in the order run() calls them, whichever finishes
-first) and returns a future; nothing touches the database while the loop runs. When every task of the
-loop waits, the replay settles the steps called so far, in rounds:
+Each step call takes its key when called (in the order run() calls them) and returns a future; nothing
+touches the database while the loop runs. When every task waits, the replay settles the steps, in rounds:
 
 - A round answers from the journal the steps it settled in that same round before (each journal row
   remembers its round, ``Step.settled_in``), so a replay hands run() the outcomes grouped and ordered
@@ -18,15 +17,11 @@ loop waits, the replay settles the steps called so far, in rounds:
   are due and waits whose event is in the inbox are settled too. Those that must wait (a sleep, a wait,
   a retry's delay) sit out the rest of this replay.
 - When nothing more can be settled and run() still waits, the instance suspends until the earliest
-  wake time, or an event that one of its waits takes; ``Suspend`` is raised into run() where it waits,
-  as in ``def run``.
+  wake time or an event one of its waits takes (``Suspend`` is raised into run(), as in ``def run``).
 
-``step.patched(change_id)`` is not awaited: it answers at once, as in ``def run``, where it stands among
-the steps run() has called (``django_workflows.engine.patches``).
-
-What run() awaits must come from its steps: a timer (``asyncio.sleep`` with a delay), a network call or
-a foreign future outside a step is refused with a clear error. A step function may be ``async def``; it
-runs to its end in an event loop of its own, inside the step's timeout.
+``step.patched(change_id)`` is not awaited: it answers at once, as in ``def run``. What run() awaits
+must come from its steps: a timer, a network call or a foreign future outside a step is refused with a
+clear error. An ``async def`` step function runs in an event loop of its own, inside its timeout.
 """
 
 from __future__ import annotations
@@ -372,8 +367,7 @@ class AsyncWorkflowStep(WorkflowStep):
 
     async def rollback_all(self, error: BaseException | None = None, *,  # type: ignore[override]  # awaited
                            continue_on_error: bool = False) -> list[str]:
-        undone: list[str] = []
-        failures: list[Exception] = []
+        undone, failures = list[str](), list[Exception]()
         with self._replay.undos.undos_running():
             while (undo := self._replay.undos.next_undo(error)) is not None:
                 step_name, name, fn, config = undo

@@ -91,9 +91,11 @@ def insert_child(child: Instance, parent_epoch: int) -> int | None:
         return pk if parent_id == child.parent_id else None
 
 
-def insert_batch(workflow_name: str, instances: list[Instance]) -> tuple[dict[str, int], list[str]]:
-    """Insert those of ``instances`` whose ids are new, queue their first replays, and return the primary
-    key of every id of the batch, new or not, and the ids inserted."""
+def insert_batch(workflow_name: str, instances: list[Instance],
+                 tags: Mapping[str, Mapping[str, str]] | None = None) -> tuple[dict[str, int], list[str]]:
+    """Insert those of ``instances`` whose ids are new, with their ``tags`` (by instance id), queue their
+    first replays, and return the primary key of every id of the batch, new or not, and the ids inserted.
+    An id that existed keeps the tags it has."""
     ids = [instance.instance_id for instance in instances]
     with transaction.atomic(using=_alias()):
         existing = set(
@@ -106,6 +108,8 @@ def insert_batch(workflow_name: str, instances: list[Instance]) -> tuple[dict[st
             Instance.objects.for_workflow(workflow_name).filter(instance_id__in=ids)
             .values_list("instance_id", "pk")
         )
+        instance_tags.write_new({rows[instance.instance_id]: (tags or {}).get(instance.instance_id, {})
+                                 for instance in new})
         enqueue_many([rows[instance.instance_id] for instance in new])
     return rows, [instance.instance_id for instance in new]
 

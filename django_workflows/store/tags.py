@@ -24,6 +24,15 @@ def write(instance_pk: int, tags: Mapping[str, str | None]) -> None:
                                                      update_fields=["value"])
 
 
+def write_new(tags: Mapping[int, Mapping[str, str]]) -> None:
+    """The tags of instances just inserted, by primary key: one INSERT for the lot (``create_batch``). A
+    conflict is skipped: an id a concurrent batch inserted first keeps its own tags."""
+    rows = [InstanceTag(instance_id=pk, key=key, value=value) for pk, pairs in tags.items()
+            for key, value in pairs.items()]
+    if rows:
+        InstanceTag.objects.using(router.db_for_write(InstanceTag)).bulk_create(rows, ignore_conflicts=True)
+
+
 def of(instance_pk: int) -> dict[str, str]:
     """The instance's tags, by key."""
     return dict(InstanceTag.objects.filter(instance_id=instance_pk).order_by("key").values_list("key", "value"))

@@ -22,6 +22,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.contrib.contenttypes.models import ContentType
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import Client
@@ -35,6 +36,8 @@ from django_workflows.store import dispatch, retention
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
 WATCHED = ("django_workflows_instance", "django_workflows_step")
+# Watched where the tags are loaded: an empty table, never analyzed, is read whole by any plan.
+TAGGED = (*WATCHED, "django_workflows_instancetag")
 INSTANCES = 6_000
 BIG_STEPS = 2_000
 LIST = "admin:django_workflows_instance_changelist"
@@ -105,14 +108,15 @@ def filled():
     return Instance.objects.get(instance_id="bulk-000003")
 
 
-def sequential_scans(queries) -> list[str]:
-    """The queries of ``queries`` that read the instance or step table whole, with their plans."""
+def sequential_scans(queries, watched=WATCHED) -> list[str]:
+    """The queries of ``queries`` that read a ``watched`` table (the instance and step tables) whole, with
+    their plans."""
     found = []
     for query in queries:
         sql = query["sql"]
         if sql.lstrip().split(None, 1)[0].upper() not in ("SELECT", "UPDATE", "DELETE", "WITH"):
             continue
-        if not any(table in sql for table in WATCHED):
+        if not any(table in sql for table in watched):
             continue
         with connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}")
@@ -123,7 +127,7 @@ def sequential_scans(queries) -> list[str]:
             depth, node = todo.pop()
             nodes.append((depth, node))
             todo.extend((depth + 1, child) for child in reversed(node.get("Plans", ())))
-        if any(node["Node Type"] == "Seq Scan" and node.get("Relation Name") in WATCHED for _, node in nodes):
+        if any(node["Node Type"] == "Seq Scan" and node.get("Relation Name") in watched for _, node in nodes):
             lines = [f"{'  ' * depth}{node['Node Type']} {node.get('Index Name', '')} {node.get('Relation Name', '')} "
                      f"{node.get('Filter', node.get('Index Cond', ''))} rows={node['Plan Rows']}"
                      for depth, node in nodes]
@@ -231,3 +235,29 @@ def test_counts_above_the_bound_are_the_planners_estimates_and_say_so(filled, ad
     out = io.StringIO()
     call_command("workflows", "list", "--json", stdout=out)
     assert sum(json.loads(out.getvalue())["sleeper"].values()) > 20
+
+
+# Every instance a tenant of 300 and a region of 4; every other one about a user, five instances a user.
+TAG_AND_SUBJECT = """
+INSERT INTO django_workflows_instancetag (instance_id, key, value)
+SELECT id, 'tenant', 'tenant-' || (id %% 300) FROM django_workflows_instance
+UNION ALL SELECT id, 'region', (ARRAY['eu', 'us', 'apac', 'latam'])[1 + id %% 4] FROM django_workflows_instance;
+UPDATE django_workflows_instance SET subject_type_id = %(user)s, subject_id = (id / 10)::text WHERE id %% 2 = 0;
+ANALYZE django_workflows_instance, django_workflows_instancetag;
+"""
+
+
+def test_the_tag_and_subject_filters_read_no_table_whole(filled, admin, api):
+    with connection.cursor() as cursor:
+        cursor.execute(TAG_AND_SUBJECT, {"user": ContentType.objects.get_for_model(User).pk})
+    subject = f"auth.user:{filled.pk // 10 + 50}"
+    instances = reverse("django_workflows_api:instance-list", args=["three-steps"])
+    for params in ({"tag.tenant": "tenant-42"}, {"tag.region": "eu"}, {"tag.tenant": "tenant-42", "tag.region": "eu"},
+                   {"subject": subject}):
+        assert not sequential_scans(queries_of(get(api, instances, **params)), TAGGED), params
+    for params in ({"tag": "tenant=tenant-42"}, {"tag": "region=eu"}, {"subject": subject}):
+        assert not sequential_scans(queries_of(get(admin, reverse(LIST), **params)), TAGGED), params
+    for args in (("--tag", "tenant=tenant-42"), ("--subject", subject)):
+        listing = lambda: call_command("workflows", "instances", "list", "three-steps", *args,  # noqa: E731
+                                       stdout=io.StringIO())
+        assert not sequential_scans(queries_of(listing), TAGGED), args

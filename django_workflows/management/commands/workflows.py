@@ -9,7 +9,7 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import access, audit, bulk_steering, cli, clock, declared_events, sending, workflows
+from django_workflows import access, audit, bulk_steering, cli, clock, declared_events, sending, subjects, workflows
 from django_workflows.describe import (
     as_numbers,
     describe_instance,
@@ -67,6 +67,8 @@ class Command(BaseCommand):
                              help="The instance id (default: a new UUID); an existing id is an error.")
         trigger.add_argument("--tag", dest="tags", metavar="KEY=VALUE", action="append", type=tag_argument,
                              default=[], help="A tag of the instance (tenant=acme); repeat for more.")
+        trigger.add_argument("--subject", metavar="APP.MODEL:PK", default=None,
+                             help="The row the instance is about (shop.order:42), which must exist.")
         for outcome, ended in (("success", "complete"), ("error", "errored or terminated")):
             trigger.add_argument(f"--retention-{outcome}", metavar="DURATION", type=cli.duration_argument,
                                  default=None,
@@ -172,8 +174,10 @@ class Command(BaseCommand):
     def trigger(self, options):
         retention = {outcome: options[f"retention_{outcome}"] for outcome in ("success", "error")
                      if options[f"retention_{outcome}"] is not None}
+        subject = None if options["subject"] is None else subjects.load(options["subject"])
         handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"],
-                                                       retention=retention or None, tags=dict(options["tags"]))
+                                                       retention=retention or None, subject=subject,
+                                                       tags=dict(options["tags"]))
         self.show(describe_instance(cli.instance_row(handle)), handle.id)
 
     def schedules(self, options):

@@ -2,7 +2,7 @@
 #               tests/integration, tests/conformance, the example project's tests) on SQLite and, at the same time, on PostgreSQL if reachable:
 #               about 3 minutes on two cores
 # make test-all - make test, then the system tier (tests/system: worker processes, a browser, load, a fresh
-#               project, the demo) on SQLite and on PostgreSQL at once, each one test at a time: what CI runs
+#               project, the demo) on SQLite, then on PostgreSQL, one test at a time: what CI runs
 # make demo   - a small end-to-end example on SQLite (its own, smaller install: the package and [demo])
 # make docs   - build the documentation site (docs/, mkdocs.yml) into site/ with mkdocs --strict
 # make dist   - build the sdist and wheel into dist/, twine check them, install the wheel in a new venv
@@ -51,10 +51,11 @@ test:
 	@echo "== the SQLite and PostgreSQL passes run at once: each one's output follows when it ends"
 	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-sqlite test-postgres
 
-# The system tier after the fast tiers, on SQLite and on PostgreSQL at once (each pass with a Redis
-# database of its own: 5 and 6), as make test runs its two passes.
+# The system tier after the fast tiers, on SQLite then on PostgreSQL: its tests time real worker processes
+# (a wedged cluster must be restarted within its deadline), which two passes at once on two cores starve.
+# Each pass has a Redis database of its own (5 and 6).
 test-all: test
-	@$(MAKE) --no-print-directory -j2 -k --output-sync=target test-sqlite test-postgres TIER=system
+	@$(MAKE) --no-print-directory test-sqlite test-postgres TIER=system
 
 test-sqlite: $(VENV)/.installed
 ifeq ($(TIER),system)

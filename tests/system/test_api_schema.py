@@ -22,6 +22,7 @@ pytestmark = pytest.mark.django_version
 OPERATIONS = {
     "GET /workflows/", "GET /workflows/{name}/", "GET /workflows/{name}/instances/",
     "POST /workflows/{name}/instances/", "POST /workflows/{name}/instances/batch/",
+    "POST /workflows/{name}/instances/bulk/", "GET /workflows/{name}/instances/{instance_id}/values/{sha256}/",
     "GET /workflows/{name}/instances/{instance_id}/", "PATCH /workflows/{name}/instances/{instance_id}/status/",
     "POST /workflows/{name}/instances/{instance_id}/events/{event_type}/",
     "POST /workflows/{name}/instances/{instance_id}/webhooks/{event_type}/",

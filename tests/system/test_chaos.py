@@ -714,10 +714,12 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
         return (f"pid {pid} ({found.kind or 'worker process'}, seen alive {found.first:.3f} to "
                 f"{found.last:.3f}, {gone})")
 
-    def connection_cut_near(pid: int, moment: float) -> bool:
-        # The journal write follows the body within milliseconds; a connection cut before that, since
-        # the replay's last statement (its take, or the previous step's write), fails it.
-        return cuts is not None and any(who == pid and moment - 2 <= at <= moment + 2 for at, who in cuts.kills)
+    def connection_cut_near(pid: int, began: float, finished: float | None) -> bool:
+        # The journal write follows the body's end within milliseconds; a connection cut before that,
+        # since the replay's last statement (its take, or the previous step's write), fails it. A body of
+        # the long cohort runs for seconds: a cut anywhere while it ran fails the write that follows it.
+        end = began if finished is None else finished
+        return cuts is not None and any(who == pid and began - 2 <= at <= end + 2 for at, who in cuts.kills)
 
     def died_before(pid: int, moment: float) -> bool:
         found = life(pid)
@@ -789,7 +791,7 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
 
     # Step bodies: each journaled attempt ran exactly once; any other run was cut short.
     runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    ended: set[str] = set()
+    ended: dict[str, float] = {}  # a run's token: when its body ended
     replays: dict[int, dict[int, dict]] = defaultdict(dict)
     for record in records:
         kind = record[0]
@@ -797,7 +799,7 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
             _, name, key, pid, at, token = record
             runs[(name, key)].append({"pid": pid, "at": at, "token": token})
         elif kind == "ran":
-            ended.add(record[5])
+            ended[record[5]] = record[4]
         elif kind == "replay":
             _, pk, epoch, pid, at = record
             replays[pk][epoch] = {"pid": pid, "started": at, "released": None}
@@ -827,11 +829,13 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
                    f"{'ended' if run['token'] in ended else 'did not end'}")
             if following is None:
                 problems.append(f"{name}: step {key} ran after its journaled result: it {how}")
-            elif outage and outage[0] <= run["at"] <= outage[1]:
+            elif outage and run["at"] <= outage[1] and ended.get(run["token"], run["at"]) >= outage[0]:
+                # The body ran while the database was down (a long one may have begun before): the
+                # restart cut the connection its journal write needed.
                 reruns["database"] += 1
             elif died_before(run["pid"], following["at"]):
                 reruns["kill"] += 1
-            elif connection_cut_near(run["pid"], run["at"]):
+            elif connection_cut_near(run["pid"], run["at"], ended.get(run["token"])):
                 reruns["connection"] += 1
             else:
                 problems.append(f"{name}: step {key} ran twice: it {how}, and again at {following['at']:.3f}")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks import ab_base, ab_report
 from benchmarks.common import log
-from benchmarks.driver import POSTGRES_URL, Postgres, child_env
+from benchmarks.services import POSTGRES_URL, Postgres, child_env
 
 INLINE = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
 

@@ -90,7 +90,8 @@ def send(instance, type: str, payload: Any, *, channel: str, user, sender: str |
     payload = stored
     if sender is None:
         sender = "" if user is None else audit.user_sender(channel, user)
-    digest = canonical_digest(payload)
+    # Only what is remembered (a signed delivery, a keyed send) needs its payload's digest.
+    digest = canonical_digest(payload) if delivery is not None or idempotency_key is not None else ""
     # A signed delivery is known by its signature, whatever key it carries; a key, by its channel's.
     signed = None if delivery is None else inbox.Received(delivery, digest)
     keyed = None

@@ -144,18 +144,18 @@ def read_text(reference: StoredValue, where: Callable[[], str], check_size: bool
     return content.decode("utf-8")
 
 
-def instances_with_files(instance_pks: Iterable[int]) -> list[int]:
-    """Those of ``instance_pks`` that have files in the storage: one listing of its folder."""
+def instances_with_files() -> list[int]:
+    """The instances that have files in the storage: one listing of its folder."""
     storage = storages[workflow_settings.LARGE_VALUE_STORAGE]
     # Listed, not asked whether it exists: an object store (S3) has no folders to exist.
     try:
-        folders = set(storage.listdir(FOLDER)[0])
+        folders = storage.listdir(FOLDER)[0]
     except FileNotFoundError:
         return []
     except (OSError, NotImplementedError) as exc:
         logger.warning("Could not list the stored values in %r: %s", FOLDER, exc)
         return []
-    return [pk for pk in instance_pks if str(pk) in folders]
+    return [int(name) for name in folders if name.isascii() and name.isdigit()]
 
 
 def delete_files(instance_pks: Iterable[int], alias: str | None = None) -> None:

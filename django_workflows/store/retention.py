@@ -117,8 +117,7 @@ def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
             if not pks:
                 return 0
         still_due = due.filter(pk__in=pks)
-        candidates = list(pks)
-        transaction.on_commit(lambda: _delete_files(candidates), using=alias)
+        transaction.on_commit(_delete_files, using=alias)
         # The inbox and what it was sent first (a consumed event points at its step), then the journal, then the instances.
         Event.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
         Delivery.objects.filter(instance__in=still_due.values("pk"))._raw_delete(alias)
@@ -127,13 +126,16 @@ def delete_finished(pks: Iterable[int], due: QuerySet[Instance]) -> int:
         return still_due._raw_delete(alias)
 
 
-def _delete_files(candidates: list[int]) -> None:
-    """Once the batch committed, delete the large values' files of those instances that are gone: a file
-    is never missing for a row kept (restarted meanwhile). A query only for instances that have files."""
-    with_files = large_values.instances_with_files(candidates)
-    if with_files:
-        kept = set(Instance.objects.filter(pk__in=with_files).values_list("pk", flat=True))
-        large_values.delete_files(pk for pk in with_files if pk not in kept)
+def _delete_files() -> None:
+    """Once a batch committed, delete the large values' files of every instance that is gone: this batch's,
+    and those of an earlier batch whose worker was killed between its commit and this (their rows are
+    gone, so nothing else would find them). A file is never missing for a row kept (restarted meanwhile).
+    A query only when the storage holds files."""
+    with_files = large_values.instances_with_files()
+    kept: set[int] = set()
+    for first in range(0, len(with_files), 1000):
+        kept.update(Instance.objects.filter(pk__in=with_files[first:first + 1000]).values_list("pk", flat=True))
+    large_values.delete_files(pk for pk in with_files if pk not in kept)
 
 
 def _purge(due: QuerySet[Instance], pause: float, stop: threading.Event | None) -> int:

@@ -138,6 +138,26 @@ def test_retention_deletes_the_files_with_their_instance(workflows_env, bulky, d
     assert not (bulky / "django_workflows" / str(done.pk)).exists()
 
 
+def test_retention_deletes_the_files_a_killed_purge_left_behind(workflows_env, bulky,
+                                                                 django_capture_on_commit_callbacks):
+    # A purge whose worker died between its commit and deleting the files: the rows are gone, the files
+    # stay. The next batch deletes them, as it deletes its own.
+    first = run_to_end(workflows_env)
+    kept = workflows.get("bulky").create(params={"size": 5000})
+    workflows_env.run_until_idle()
+    kept_files = {p for p in files(bulky) if p.parent.name == str(kept.pk)}
+    purge_finished(workflows_env.now + timedelta(days=2))  # its file deletion never runs: no commit callbacks
+    assert not Instance.objects.filter(pk=first.pk).exists() and (bulky / "django_workflows" / str(first.pk)).exists()
+
+    second = run_to_end(workflows_env)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert purge_finished(workflows_env.now + timedelta(days=4)) == 1
+    assert not Instance.objects.filter(pk=second.pk).exists()
+    assert not (bulky / "django_workflows" / str(first.pk)).exists()
+    assert not (bulky / "django_workflows" / str(second.pk)).exists()
+    assert set(files(bulky)) == kept_files
+
+
 def test_the_hard_cap_still_refuses_what_may_not_be_stored_at_all(workflows_env, bulky, settings):
     settings.DJANGO_WORKFLOWS = {**settings.DJANGO_WORKFLOWS, "MAX_STEP_RESULT_SIZE": 3000}
     instance = workflows.get("bulky").create(params={"size": 5000})

@@ -40,7 +40,7 @@ from django_workflows.definition import WorkflowEvent, WorkflowStepEvent, parame
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.engine.rollbacks import raise_failures
+from django_workflows.engine.rollbacks import RolledBack, resume
 from django_workflows.engine.step import ReplaySteps, WorkflowStep
 from django_workflows.engine.step_functions import StepFunction
 from django_workflows.engine.step_host import PendingDo, StepHost
@@ -367,20 +367,16 @@ class AsyncWorkflowStep(WorkflowStep):
 
     async def rollback_all(self, error: BaseException | None = None, *,  # type: ignore[override]  # awaited
                            continue_on_error: bool = False) -> list[str]:
-        undone, failures = list[str](), list[Exception]()
-        with self._replay.undos.undos_running():
-            while (undo := self._replay.undos.next_undo(error)) is not None:
-                step_name, name, fn, config = undo
-                try:
-                    await self._run_do(name, fn, config)
-                except Exception as failure:
-                    if not continue_on_error or self._replay.fatal is not None:
-                        raise
-                    failures.append(failure)
-                    continue
-                undone.append(step_name)
-        raise_failures(failures)
-        return undone
+        # The sync rollback's loop (UndoSteps.rollback_steps), each undo step awaited.
+        undos = self._replay.undos.rollback_steps(error, continue_on_error)
+        failure: BaseException | None = None
+        while not isinstance(undo := resume(undos, failure), RolledBack):
+            try:
+                await self._run_do(*undo)
+                failure = None
+            except BaseException as raised:
+                failure = raised
+        return undo.undone
 
 
 def drive(replay: AsyncHost, run: Callable[..., Any], event: WorkflowEvent) -> Any:

@@ -23,7 +23,7 @@ A handler whose parameters are exactly ``(error, output)`` reads the same either
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +108,9 @@ def call_with_named(fn: Callable[..., Any], **available: Any) -> Any:
 
 # How a step is run (``DoSteps.do``): an undo runs as a step of its own.
 RunStep = Callable[[str, Callable[..., Any], "dict[str, Any] | None"], object]
+# An undo step to run, ``(name, fn, config)``, as ``UndoSteps.rollback_steps`` yields it.
+UndoCall = tuple[str, Callable[[], Any], "dict[str, Any] | None"]
+UndoRun = Generator[UndoCall, None, list[str]]
 
 
 def step_context(name: str, key: str, attempt: int, policy: StepPolicy) -> StepContext:
@@ -161,18 +164,22 @@ class UndoSteps:
         self.undoing = PREFIX + pending.step_name
         return pending.step_name, self.undoing, undo, pending.config
 
-    def rollback_all(self, error: BaseException | None, continue_on_error: bool, run_step: RunStep) -> list[str]:
-        """Run the remembered undos, last first; return the names of the steps undone, in that order.
-        The first undo that fails for good stops the rollback and is raised (the undos of older steps
-        do not run), or with ``continue_on_error`` the rest run and every failure is raised at the end,
-        in an ``ExceptionGroup``."""
+    def rollback_steps(self, error: BaseException | None, continue_on_error: bool) -> UndoRun:
+        """The rollback as a sequence of undo steps to run, last remembered first: each ``(name, fn,
+        config)`` it yields is a step to run, and the step's failure is thrown back into it; it returns
+        the names of the steps undone, in that order. The first undo that fails for good stops the
+        rollback and is raised (the undos of older steps do not run), or with ``continue_on_error`` the
+        rest run and every failure is raised at the end, in an ``ExceptionGroup``.
+
+        A generator, so that one loop serves the sync ``step.rollback_all`` (``run_undos``) and the
+        async one, which awaits each step instead of calling it."""
         undone: list[str] = []
         failures: list[Exception] = []
         with self.undos_running():
             while (undo := self.next_undo(error)) is not None:
                 step_name, name, fn, config = undo
                 try:
-                    run_step(name, fn, config)
+                    yield name, fn, config
                 except Exception as failure:
                     if not continue_on_error or self.host.fatal is not None:
                         raise
@@ -181,6 +188,14 @@ class UndoSteps:
                 undone.append(step_name)
         raise_failures(failures)
         return undone
+
+    def rollback_all(self, error: BaseException | None, continue_on_error: bool, run_step: RunStep) -> list[str]:
+        """Run the remembered undos, each through ``run_step``, as ``rollback_steps`` orders them."""
+        undos = self.rollback_steps(error, continue_on_error)
+        failure: BaseException | None = None
+        while not isinstance(undo := resume(undos, failure), RolledBack):
+            failure = failure_of(run_step, undo)
+        return undo.undone
 
     def undo_all(self, error: BaseException, run_step: RunStep) -> dict[str, Any]:
         """The replay's own rollback, after run() failed or was terminated with rollback: run the
@@ -212,6 +227,31 @@ class UndoSteps:
             yield
         finally:
             self.running = False
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """The end of a rollback: the names of the steps undone, in the order they were."""
+
+    undone: list[str]
+
+
+def resume(undos: UndoRun, failure: BaseException | None) -> UndoCall | RolledBack:
+    """The rollback's next undo step, once the last one ended with ``failure`` (None: it succeeded), or
+    its end. Every failure goes into the rollback, a ``Suspend`` too: its ``with`` must end."""
+    try:
+        return undos.send(None) if failure is None else undos.throw(failure)
+    except StopIteration as finished:
+        return RolledBack(finished.value)
+
+
+def failure_of(run_step: RunStep, undo: UndoCall) -> BaseException | None:
+    """Run one undo step; what it raised, or None."""
+    try:
+        run_step(*undo)
+    except BaseException as failure:
+        return failure
+    return None
 
 
 def raise_failures(failures: list[Exception]) -> None:

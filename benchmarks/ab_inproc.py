@@ -15,13 +15,12 @@ import argparse
 from benchmarks import statements
 from benchmarks.common import log, write_json
 from benchmarks.inproc import (
-    DriverFloor,
-    InsertLimit,
     clean,
     connection,
     ours_three,
     public_step_overhead,
     step_overhead,
+    warm_up,
 )
 
 
@@ -32,13 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     inserts, three = (300, 30) if args.quick else (3000, 300)
     clean()
-    limit = InsertLimit()
-    floor = DriverFloor(limit)
-    limit.run(50)
-    floor.run(50)
-    step_overhead(50)
-    public_step_overhead(50)
-    ours_three(5)
+    limit, floor = warm_up()
 
     floor_us = 1e6 / floor.run(inserts)
     limit_us = 1e6 / limit.run(inserts)

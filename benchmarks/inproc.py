@@ -298,6 +298,19 @@ def journal_scale(sizes, runs: int) -> dict:
 
 # -- the whole ------------------------------------------------------------------------------------
 
+def warm_up() -> tuple[InsertLimit, DriverFloor]:
+    """Run each measured path a little first (imports, the connection, the statement caches); return the
+    insert limit and the driver's floor, ready to measure."""
+    limit = InsertLimit()
+    floor = DriverFloor(limit)
+    limit.run(50)
+    floor.run(50)
+    step_overhead(50)
+    public_step_overhead(50)
+    ours_three(5)
+    return limit, floor
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -314,14 +327,7 @@ def main() -> None:
     assert "inline" in executors.get_executor().__class__.__module__, "run with the inline executor"
     clean()
 
-    # Warm up: imports, the connection, the statement caches.
-    limit = InsertLimit()
-    floor = DriverFloor(limit)
-    limit.run(50)
-    floor.run(50)
-    step_overhead(50)
-    public_step_overhead(50)
-    ours_three(5)
+    limit, floor = warm_up()
 
     log(f"{backend}: 1-2. the driver's and Django's insert, and the step overhead, {runs} run(s)")
     rates, floor_rates, step_us, ratios, public_us, public_ratios = [], [], [], [], [], []

@@ -109,7 +109,8 @@ class Change:
         transition_for(self.action)
         if self.from_step is not None:
             if self.action != RESTART.action:
-                raise InvalidParams(f"from_step belongs to restart, not {self.action}: leave it out, or restart.")
+                raise InvalidParams(f"from_step belongs to restart, not {self.action}: leave it out, or "
+                                    "restart.")
             validate_step_name(self.from_step)
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise InvalidParams(f"count must be a whole number from 1 (the first step of that name), got "
@@ -117,7 +118,8 @@ class Change:
         if self.count != 1 and self.from_step is None:
             raise InvalidParams("count says which step named from_step to restart from: give from_step too.")
         if self.rollback and self.action != TERMINATE.action:
-            raise InvalidParams(f"rollback belongs to terminate, not {self.action}: leave it out, or terminate.")
+            raise InvalidParams(f"rollback belongs to terminate, not {self.action}: leave it out, or "
+                                "terminate.")
 
     @property
     def from_key(self) -> str | None:
@@ -166,7 +168,8 @@ class BulkOutcome:
     """Whether more instances matched than the batch took: steer again for the rest."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"action": self.action, **self.change.variant(), "dry_run": self.dry_run, "count": len(self.changed),
+        return {"action": self.action, **self.change.variant(), "dry_run": self.dry_run,
+                "count": len(self.changed),
                 "ids": [row.instance_id for row in self.changed],
                 "refused": [{"id": row.instance_id, "message": message} for row, message in self.refused],
                 "more": self.more}
@@ -190,8 +193,9 @@ def transition_for(action: str) -> Transition:
     return TRANSITIONS[action]
 
 
-def steer(action: str | Change, instances: Iterable[Instance], *, dry_run: bool = False, limit: int | None = None,
-          who: str = "", done: Callable[[Instance], object] | None = None) -> BulkOutcome:
+def steer(action: str | Change, instances: Iterable[Instance], *, dry_run: bool = False,
+          limit: int | None = None, who: str = "",
+          done: Callable[[Instance], object] | None = None) -> BulkOutcome:
     """Apply ``action`` (an action's name, or a ``Change`` with its variant) to each of ``instances``
     (already narrowed by ``select``, or the admin's selection) through its handle, up to ``limit``;
     ``done`` is called for each change (the admin's log entry) and each is logged to

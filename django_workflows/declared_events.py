@@ -77,7 +77,8 @@ def check_arrival(rules: dict[str, EventRule] | None, workflow_name: str, event_
             event_type=event_type,
         )
     if rule.schema is not None:
-        error = _first_model_error(rule.model, payload) if rule.model is not None else _first_schema_error(rule, payload)
+        error = (_first_model_error(rule.model, payload) if rule.model is not None
+                 else _first_schema_error(rule, payload))
         if error is not None:
             path, message = error
             raise InvalidPayload(

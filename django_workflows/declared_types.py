@@ -39,6 +39,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.utils.dateparse import parse_duration
 
@@ -94,7 +95,7 @@ def convert(value: Any, declared: Any) -> Any:
         return value
     try:
         if hasattr(declared, "model_validate") and hasattr(declared, "__pydantic_fields__"):
-            return declared.model_validate(value)  # type: ignore[attr-defined]
+            return declared.model_validate(value)
         if dataclasses.is_dataclass(declared):
             return _dataclass(value, declared)
         for kind, reader in _READERS:
@@ -148,7 +149,8 @@ def _convert_generic(value: Any, declared: Any, origin: Any) -> Any:
             raise DeclaredTypeMismatch(f"{_shown(value)} is not a list, tuple or set for {declared!r}")
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(args) != len(value):
-                raise DeclaredTypeMismatch(f"{_shown(value)} has {len(value)} items, {declared!r} {len(args)}")
+                raise DeclaredTypeMismatch(f"{_shown(value)} has {len(value)} items, {declared!r} "
+                                           f"{len(args)}")
             return tuple(convert(item, arg) for item, arg in zip(value, args))
         item_type = args[0] if args else Any
         return origin(convert(item, item_type) for item in value)
@@ -187,7 +189,8 @@ def _decimal(value: Any, declared: type) -> Decimal:
 def _from_text(parse: Callable[[str], Any]) -> Callable[[Any, type], Any]:
     def read(value: Any, declared: type) -> Any:
         if not isinstance(value, str):
-            raise DeclaredTypeMismatch(f"{_shown(value)} is not text a {type_name(declared)} can be read from")
+            raise DeclaredTypeMismatch(
+                f"{_shown(value)} is not text a {type_name(declared)} can be read from")
         return parse(value)
     return read
 
@@ -219,9 +222,10 @@ def _row(value: Any, declared: type[models.Model]) -> models.Model:
         raise DeclaredTypeMismatch(f"{_shown(value)} is not a primary key of {declared._meta.label}")
     try:
         return declared._base_manager.get(pk=value)
-    except declared.DoesNotExist:
-        raise StoredObjectMissing(f"{declared._meta.label} with pk {value!r} does not exist (it was deleted, or "
-                                  "never was)", model=declared._meta.label_lower, pk=value) from None
+    except ObjectDoesNotExist:
+        raise StoredObjectMissing(
+            f"{declared._meta.label} with pk {value!r} does not exist (it was deleted, or never was)",
+            model=declared._meta.label_lower, pk=value) from None
 
 
 # In this order: a datetime is a date, so datetime comes first.

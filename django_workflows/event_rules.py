@@ -29,7 +29,8 @@ class EventRule:
 
 def is_pydantic_model(schema: Any) -> bool:
     """Whether ``schema`` is a Pydantic model class (Pydantic is an extra: only one the project has)."""
-    return isinstance(schema, type) and hasattr(schema, "model_validate") and hasattr(schema, "model_json_schema")
+    return (isinstance(schema, type) and hasattr(schema, "model_validate")
+            and hasattr(schema, "model_json_schema"))
 
 
 def problems(declared, approvals: Iterable[str]) -> list[str]:
@@ -78,7 +79,8 @@ def _schema_problems(event_type: str, schema) -> list[str]:
     if is_pydantic_model(schema):
         return []
     if not isinstance(schema, (dict, bool)):
-        return [f"the schema of {event_type!r} must be a JSON Schema (a dict) or a Pydantic model, got {schema!r}"]
+        return [f"the schema of {event_type!r} must be a JSON Schema (a dict) or a Pydantic model, "
+                f"got {schema!r}"]
     try:
         validators.validator_for(schema).check_schema(schema)
     except SchemaError as exc:

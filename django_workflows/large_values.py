@@ -123,7 +123,8 @@ def of_instance(instance_pk: int, sha256: str) -> StoredValue | None:
     address reads a file of another instance), or None if it has none."""
     if not SHA256.match(sha256):
         return None
-    reference = StoredValue(workflow_settings.LARGE_VALUE_STORAGE, f"{FOLDER}/{instance_pk}/{sha256}.json", 0, sha256)
+    reference = StoredValue(workflow_settings.LARGE_VALUE_STORAGE, f"{FOLDER}/{instance_pk}/{sha256}.json", 0,
+                            sha256)
     return reference if storages[reference.storage].exists(reference.name) else None
 
 

@@ -6,8 +6,8 @@ conditional updates decide whether a change is allowed; the admin only reports w
 
 One ModelAdmin for ``Instance``, assembled from a mixin per page: the list (``instance_list``), the
 instance page (``instance_page``), steering from both (``steering``), the approval queue and its
-decisions (``approvals``), discarding from the inbox (``inbox``), downloading a large value kept in file storage
-(``stored_values``), and the workflows' pages (``workflows``), over what they share (``base``).
+decisions (``approvals``), discarding from the inbox (``inbox``), downloading a large value kept in
+file storage (``stored_values``), and the workflows' pages (``workflows``), over what they share (``base``).
 ``WorkflowInstancesInline`` (``subject_inline``) shows an object's instances on the object's own page.
 """
 

@@ -61,12 +61,13 @@ def terminate_and_roll_back_selected(model_admin: Steering, request: HttpRequest
 
 
 @admin.action(description="Restart selected instances from the step named beside", permissions=["change"])
-def restart_from_step_selected(model_admin: Steering, request: HttpRequest, queryset: QuerySet[Instance]) -> None:
+def restart_from_step_selected(model_admin: Steering, request: HttpRequest,
+                               queryset: QuerySet[Instance]) -> None:
     from_step = request.POST.get("from_step", "")
     if not from_step:
-        model_admin.message_user(request, "Nothing changed: type the name of the step to restart from in "
-                                          "'From step' beside the action (and which of that name in 'Count').",
-                                 messages.ERROR)
+        model_admin.message_user(
+            request, "Nothing changed: type the name of the step to restart from in 'From step' beside the "
+                     "action (and which of that name in 'Count').", messages.ERROR)
         return
     count = request.POST.get("count", "") or "1"
     # ASCII digits only ("²".isdigit() is true): anything else goes on as text, for Change to refuse.

@@ -32,8 +32,9 @@ class BulkSteerSerializer(RejectUnknownFields, serializers.Serializer):
         required=False, allow_null=True, default=None, trim_whitespace=False,
         help_text="restart only: run again from this journaled step, keeping the steps before it; only the "
                   "instances whose journal holds it are selected.")
-    count = serializers.IntegerField(required=False, default=1, min_value=1,
-                                     help_text="With from_step: which step of that name (default 1, the first).")
+    count = serializers.IntegerField(
+        required=False, default=1, min_value=1,
+        help_text="With from_step: which step of that name (default 1, the first).")
     rollback = serializers.BooleanField(
         required=False, default=False,
         help_text="terminate only: first run the undos of each instance's steps that succeeded with one.")
@@ -47,7 +48,8 @@ class RefusedSerializer(serializers.Serializer):
 class BulkOutcomeSerializer(serializers.Serializer):
     action = serializers.CharField()
     from_step = serializers.CharField(required=False, help_text="The step a restart ran again from.")
-    from_step_count = serializers.IntegerField(required=False, help_text="Which step of that name (the request's count).")
+    from_step_count = serializers.IntegerField(required=False,
+                                               help_text="Which step of that name (the request's count).")
     rollback = serializers.BooleanField(required=False, help_text="Whether a terminate rolls back first.")
     dry_run = serializers.BooleanField()
     count = serializers.IntegerField(help_text="How many instances were changed (or would be, dry run).")

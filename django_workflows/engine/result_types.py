@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_workflows.declared_types import DeclaredTypeMismatch, convert, is_declarable, return_annotation, type_name
+from django_workflows.declared_types import (
+    DeclaredTypeMismatch,
+    convert,
+    is_declarable,
+    return_annotation,
+    type_name,
+)
 from django_workflows.errors import InvalidStepInput, StepResultError
 
 CONFIG_KEY = "result_type"
@@ -35,8 +41,8 @@ def split_config(name: str, fn: Any, config: dict[str, Any] | None) -> tuple[dic
         config = {key: value for key, value in config.items() if key != CONFIG_KEY} or None
         if declared is not None and not is_declarable(declared):
             raise InvalidStepInput(
-                f"step.do({name!r}): result_type must be a class (Decimal, a dataclass, a Pydantic model) or a "
-                f"generic of one (list[Decimal], Quote | None), got {declared!r}")
+                f"step.do({name!r}): result_type must be a class (Decimal, a dataclass, a Pydantic model) "
+                f"or a generic of one (list[Decimal], Quote | None), got {declared!r}")
         if declared is not None:
             return config, declared
     return config, return_annotation(fn) if callable(fn) else None
@@ -52,7 +58,8 @@ def journaled_as(value: Any, declared: Any, name: str, key: str) -> Any:
 
 def mismatch(exc: DeclaredTypeMismatch, declared: Any, name: str, key: str) -> StepResultError:
     return StepResultError(
-        f"Step {name!r} returned a value that cannot be its declared result type {type_name(declared)}: {exc}. "
+        f"Step {name!r} returned a value that cannot be its declared result type {type_name(declared)}: "
+        f"{exc}. "
         "Return a value of that type (or one docs/guide/typed-values.md says becomes it), or change "
         "result_type= (or the step function's return annotation).", step=key)
 

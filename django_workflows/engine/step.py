@@ -98,7 +98,8 @@ class WorkflowStep:
             validate_step_name(name)
 
         def declare(func: Callable[..., Any]) -> StepFunction:
-            declared = self._declare(name, func, result_types.declare(config, result_type), depends, concurrent)
+            declared = self._declare(name, func, result_types.declare(config, result_type), depends,
+                                     concurrent)
             declared.requires_undo = True
             if undo is not None:
                 declared.undo(undo)

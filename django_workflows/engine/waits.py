@@ -166,8 +166,10 @@ class WaitSteps:
                 step=name,
             ))
         if entry is not None and finished(entry):
-            return self.as_declared(
-                _step_event(entry.result, entry.typed, lambda: f"instance {host.instance}, step {key!r}"), name)
+            def where() -> str:
+                return f"instance {host.instance}, step {key!r}"
+
+            return self.as_declared(_step_event(entry.result, entry.typed, where), name)
         row = WaitRow(key, name, entry, types, delta)
         received = self.consume(row)
         if received is not None:

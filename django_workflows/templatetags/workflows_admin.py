@@ -29,8 +29,8 @@ def stored_value_link(value, instance) -> str:
     if reference is None:
         return ""
     url = reverse("admin:django_workflows_instance_stored_value", args=[instance.pk, reference.sha256])
-    return format_html('<a class="dw-download" href="{}" download>Download the stored value ({} bytes)</a>', url,
-                       f"{reference.size:,}")
+    return format_html('<a class="dw-download" href="{}" download>Download the stored value ({} bytes)</a>',
+                       url, f"{reference.size:,}")
 
 
 def readable_json(value, indent=None) -> str:

@@ -112,6 +112,13 @@ class Change:
                 raise InvalidParams(f"from_step belongs to restart, not {self.action}: leave it out, or "
                                     "restart.")
             validate_step_name(self.from_step)
+            if not self.from_step.isascii():
+                try:
+                    self.from_step.encode("utf-8")
+                except UnicodeEncodeError:
+                    # Half of a UTF-16 pair ("\ud800") is no step's name, and the database cannot take it.
+                    raise InvalidParams(f"from_step {self.from_step!r:.100} is not text: no step has that "
+                                        "name.") from None
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise InvalidParams(f"count must be a whole number from 1 (the first step of that name), got "
                                 f"{self.count!r:.100}.")

@@ -5,13 +5,14 @@ through the API's ``instances/bulk/``, the command line's ``--where`` and the ad
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -126,11 +127,14 @@ def test_the_api_terminates_with_rollback(waiting, caplog):
     ({"action": "restart", "rollback": True}, "rollback belongs to terminate, not restart"),
     ({"action": "restart", "count": 2}, "give from_step too"),
     ({"action": "restart", "from_step": "bad\nname"}, "may not hold control characters"),
+    ({"action": "restart", "from_step": "\ud800"}, "Surrogate characters are not allowed"),
 ])
 def test_a_variant_of_another_change_is_refused_and_changes_nothing(waiting, body, message):
-    answer = root_api().post(BULK, {**body, "where": {"status": "waiting"}}, format="json")
+    # As JSON text, escaped: a lone surrogate is sent as "\\ud800", as a client would.
+    answer = root_api().post(BULK, json.dumps({**body, "where": {"status": "waiting"}}),
+                             content_type="application/json")
     assert answer.status_code == 400, answer.content
-    assert message in answer.json()["error"]["message"]
+    assert message in json.dumps(answer.json()["error"]), answer.json()
     assert set(statuses().values()) == {"waiting"}
 
 
@@ -186,3 +190,10 @@ def test_each_tenant_restarts_from_a_step_only_their_own(workflows_env, settings
     assert answer["ids"] == ["a0"]
     text = run("terminate", "--where", "status=waiting", "--rollback", "--user", "member-b")
     assert text.startswith("Terminated 1 instance, rolling back first: approval/b0")
+
+
+def test_a_step_name_that_is_not_text_is_refused_on_the_command_line(waiting):
+    # A command line's bytes that are not UTF-8 reach Python as lone surrogates.
+    with pytest.raises(CommandError, match="is not text: no step has that name"):
+        run("restart", "--where", "status=waiting", "--from-step", "\udcff")
+    assert set(statuses().values()) == {"waiting"}

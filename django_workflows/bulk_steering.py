@@ -6,7 +6,10 @@ actions on the selected rows): the instances are narrowed to those the user may 
 transitions table, decides), and each change is audited as its surface records it.
 
 A filter is a mapping of names to values: ``{"status": "waiting", "id": ["a", "b"]}``; values of one
-name are alternatives, names combine. Each name is looked up in ``FILTERS``, and a dotted name
+name are alternatives, names combine. Two changes take a variant, as the single instance's do: a
+restart from a step (``from_step``, and ``count``: which step of that name), which selects only the
+instances whose journal holds that step, and a terminate with rollback (``rollback``), which runs the
+undos of each instance's steps first. Each name is looked up in ``FILTERS``, and a dotted name
 (``tag.tenant``) by its first part: a feature that adds a way to find instances (tags, subjects) adds
 its filter there with ``register_filter``.
 """
@@ -21,11 +24,11 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from django_workflows import access
-from django_workflows.errors import InvalidFilter, WorkflowError
+from django_workflows.errors import InvalidFilter, InvalidParams, WorkflowError
 from django_workflows.instances import InstanceHandle
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.transitions import TRANSITIONS, Transition
-from django_workflows.validation import validate_instance_id
+from django_workflows.transitions import RESTART, TERMINATE, TRANSITIONS, Transition
+from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 1000
 """The most instances one bulk request changes: a larger selection is steered in several requests."""
@@ -91,30 +94,104 @@ def parse_where_arguments(arguments: Iterable[str]) -> dict[str, list[str]]:
     return where
 
 
+@dataclass(frozen=True)
+class Change:
+    """What a bulk change does to each instance: a transition's ``action``, with the variant of a restart
+    (``from_step``, ``count``) or of a terminate (``rollback``); checked as it is made, before anything
+    changes."""
+
+    action: str
+    from_step: str | None = None
+    count: int = 1
+    rollback: bool = False
+
+    def __post_init__(self) -> None:
+        transition_for(self.action)
+        if self.from_step is not None:
+            if self.action != RESTART.action:
+                raise InvalidParams(f"from_step belongs to restart, not {self.action}: leave it out, or "
+                                    "restart.")
+            validate_step_name(self.from_step)
+            if not self.from_step.isascii():
+                try:
+                    self.from_step.encode("utf-8")
+                except UnicodeEncodeError:
+                    # Half of a UTF-16 pair ("\ud800") is no step's name, and the database cannot take it.
+                    raise InvalidParams(f"from_step {self.from_step!r:.100} is not text: no step has that "
+                                        "name.") from None
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise InvalidParams(f"count must be a whole number from 1 (the first step of that name), got "
+                                f"{self.count!r:.100}.")
+        if self.count != 1 and self.from_step is None:
+            raise InvalidParams("count says which step named from_step to restart from: give from_step too.")
+        if self.rollback and self.action != TERMINATE.action:
+            raise InvalidParams(f"rollback belongs to terminate, not {self.action}: leave it out, or "
+                                "terminate.")
+
+    @property
+    def from_key(self) -> str | None:
+        """The journal key of the step a restart runs again from."""
+        return None if self.from_step is None else f"{self.from_step}-{self.count}"
+
+    @property
+    def past(self) -> str:
+        """What the audit and the surfaces say was done: "restarted from step 'charge' #1"."""
+        if self.from_step is not None:
+            return f"{RESTART.past} from step {self.from_step!r} #{self.count}"
+        if self.rollback:
+            return "queued to roll back, then terminate"
+        return TRANSITIONS[self.action].past
+
+    def apply(self, handle: InstanceHandle) -> None:
+        if self.from_step is not None:
+            handle.restart(from_step=self.from_step, count=self.count)
+        elif self.rollback:
+            handle.terminate(rollback=True)
+        else:
+            getattr(handle, self.action)()
+
+    def variant(self) -> dict[str, Any]:
+        """The variant as the audit record and the API's answer give it (empty for a plain change); the
+        step's count as ``from_step_count``, where ``count`` is how many instances changed."""
+        if self.from_step is not None:
+            return {"from_step": self.from_step, "from_step_count": self.count}
+        return {"rollback": True} if self.rollback else {}
+
+
+def as_change(action: str | Change) -> Change:
+    return action if isinstance(action, Change) else Change(action)
+
+
 @dataclass
 class BulkOutcome:
     """What a bulk change did (or, dry run, would do): the instances changed, and those it could not."""
 
     action: str
     dry_run: bool
+    change: Change
     changed: list[Instance] = field(default_factory=list)
     refused: list[tuple[Instance, str]] = field(default_factory=list)
     more: bool = False
     """Whether more instances matched than the batch took: steer again for the rest."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "dry_run": self.dry_run, "count": len(self.changed),
+        return {"action": self.action, **self.change.variant(), "dry_run": self.dry_run,
+                "count": len(self.changed),
                 "ids": [row.instance_id for row in self.changed],
                 "refused": [{"id": row.instance_id, "message": message} for row, message in self.refused],
                 "more": self.more}
 
 
-def select(action: str, instances: QuerySet[Instance], user: Any) -> QuerySet[Instance]:
-    """The instances of ``instances`` that ``action`` applies to (the transitions table) and ``user``
-    may steer, oldest first, so that repeated batches move through them in a stable order."""
-    transition = transition_for(action)
-    return (access.scope(instances, user, access.STEER).filter(status__in=transition.applies_to)
-            .only("pk", "instance_id", "workflow_name").order_by("pk"))
+def select(action: str | Change, instances: QuerySet[Instance], user: Any) -> QuerySet[Instance]:
+    """The instances of ``instances`` that ``action`` applies to (the transitions table; for a restart
+    from a step, those whose journal holds it) and ``user`` may steer, oldest first, so that repeated
+    batches move through them in a stable order."""
+    change = as_change(action)
+    transition = transition_for(change.action)
+    selected = access.scope(instances, user, access.STEER).filter(status__in=transition.applies_to)
+    if change.from_key is not None:
+        selected = selected.filter(steps__key=change.from_key)
+    return selected.only("pk", "instance_id", "workflow_name").order_by("pk")
 
 
 def transition_for(action: str) -> Transition:
@@ -123,27 +200,30 @@ def transition_for(action: str) -> Transition:
     return TRANSITIONS[action]
 
 
-def steer(action: str, instances: Iterable[Instance], *, dry_run: bool = False, limit: int | None = None,
-          who: str = "", done: Callable[[Instance], object] | None = None) -> BulkOutcome:
-    """Apply ``action`` to each of ``instances`` (already narrowed by ``select``, or the admin's
-    selection) through its handle, up to ``limit``; ``done`` is called for each change (the admin's
-    log entry) and each is logged to ``django_workflows.audit`` as done by ``who`` ("api:alice")."""
-    transition = transition_for(action)
+def steer(action: str | Change, instances: Iterable[Instance], *, dry_run: bool = False,
+          limit: int | None = None, who: str = "",
+          done: Callable[[Instance], object] | None = None) -> BulkOutcome:
+    """Apply ``action`` (an action's name, or a ``Change`` with its variant) to each of ``instances``
+    (already narrowed by ``select``, or the admin's selection) through its handle, up to ``limit``;
+    ``done`` is called for each change (the admin's log entry) and each is logged to
+    ``django_workflows.audit`` as done by ``who`` ("api:alice")."""
+    change = as_change(action)
     rows = list(instances if limit is None else instances[: limit + 1])  # type: ignore[index]
-    outcome = BulkOutcome(action, dry_run, more=limit is not None and len(rows) > limit)
+    outcome = BulkOutcome(change.action, dry_run, change, more=limit is not None and len(rows) > limit)
     for row in rows[:limit]:
         if dry_run:
             outcome.changed.append(row)
             continue
         try:
-            getattr(InstanceHandle.from_row(row.workflow_name, row.instance_id, row.pk), transition.action)()
+            change.apply(InstanceHandle.from_row(row.workflow_name, row.instance_id, row.pk))
         except WorkflowError as exc:
-            # Changed meanwhile (InvalidTransition), or gone: the others go on.
+            # Changed meanwhile (InvalidTransition), gone, or without the step to restart from (the
+            # admin's selection): the others go on.
             outcome.refused.append((row, str(exc)))
         else:
             outcome.changed.append(row)
-            logger.info("%s %s by %s", transition.past.capitalize(), row, who or "(Python code)",
-                        extra={"action": action, "instance": str(row), "by": who})
+            logger.info("%s %s by %s", change.past.capitalize(), row, who or "(Python code)",
+                        extra={"action": change.action, **change.variant(), "instance": str(row), "by": who})
             if done is not None:
                 done(row)
     return outcome

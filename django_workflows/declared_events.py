@@ -17,7 +17,9 @@ A workflow that sets ``events`` on its class accepts only the types it names::
   declares its events, its webhook endpoint takes only the types declared ``webhook``: a provider's
   secret is not a person's permission;
 - ``schema``: a JSON Schema the payload must match when it arrives; a payload that does not is refused
-  with the path that failed, and nothing is stored;
+  with the path that failed, and nothing is stored. A Pydantic model may be the schema: it validates the
+  payload as it arrives (the inbox keeps the payload as sent), ``wait_for_event`` gives ``run()`` the
+  model's instance as the event's payload, and the API's OpenAPI document shows the model's JSON Schema;
 - ``approval``: the types the admin's Approve and Reject buttons send.
 
 Python code calling ``send_event`` is trusted like the rest of the project's code: the type must be
@@ -45,6 +47,7 @@ from django_workflows.errors import (
 )
 from django_workflows.event_rules import EventRule
 from django_workflows.options import WorkflowOptions
+from django_workflows.serialization import revive
 
 # The channels an event arrives through: Python code calling send_event, and the surfaces.
 PYTHON, API, WEBHOOK, ADMIN, CLI = "python", "api", "webhook", "admin", "cli"
@@ -74,7 +77,8 @@ def check_arrival(rules: dict[str, EventRule] | None, workflow_name: str, event_
             event_type=event_type,
         )
     if rule.schema is not None:
-        error = _first_schema_error(rule, payload)
+        error = (_first_model_error(rule.model, payload) if rule.model is not None
+                 else _first_schema_error(rule, payload))
         if error is not None:
             path, message = error
             raise InvalidPayload(
@@ -83,6 +87,20 @@ def check_arrival(rules: dict[str, EventRule] | None, workflow_name: str, event_
                 payload_path=path,
             )
     return rule
+
+
+def _first_model_error(model: Any, payload: Any) -> tuple[str, str] | None:
+    """The first error of a Pydantic model declared as the schema, as ``(path, message)``."""
+    from pydantic import ValidationError
+
+    try:
+        # As run() will see it: a typed value sent from Python (the model's own instance) read back.
+        model.model_validate(revive(payload))
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        path = "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"])
+        return path, str(first["msg"])[:500]
+    return None
 
 
 def _first_schema_error(rule: EventRule, payload) -> tuple[str, str] | None:

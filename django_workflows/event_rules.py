@@ -22,6 +22,15 @@ class EventRule:
     webhook: bool = False
     # The schema's validator, compiled once with the rules.
     validator: Any = field(default=None, compare=False, repr=False)
+    model: Any = None
+    """A Pydantic model declared as the schema: it validates payloads, and run() gets its instance from
+    ``wait_for_event``; ``schema`` is then its JSON Schema, which the OpenAPI document shows."""
+
+
+def is_pydantic_model(schema: Any) -> bool:
+    """Whether ``schema`` is a Pydantic model class (Pydantic is an extra: only one the project has)."""
+    return (isinstance(schema, type) and hasattr(schema, "model_validate")
+            and hasattr(schema, "model_json_schema"))
 
 
 def problems(declared, approvals: Iterable[str]) -> list[str]:
@@ -67,8 +76,11 @@ def problems(declared, approvals: Iterable[str]) -> list[str]:
 def _schema_problems(event_type: str, schema) -> list[str]:
     from jsonschema import SchemaError, validators
 
+    if is_pydantic_model(schema):
+        return []
     if not isinstance(schema, (dict, bool)):
-        return [f"the schema of {event_type!r} must be a JSON Schema (a dict), got {schema!r}"]
+        return [f"the schema of {event_type!r} must be a JSON Schema (a dict) or a Pydantic model, "
+                f"got {schema!r}"]
     try:
         validators.validator_for(schema).check_schema(schema)
     except SchemaError as exc:
@@ -88,10 +100,14 @@ def rules(declared) -> dict[str, EventRule] | None:
             schema = given.get("schema")
             if schema is not None and _schema_problems(event_type, schema):
                 schema = None
+            model = schema if is_pydantic_model(schema) else None
+            if model is not None:
+                schema = model.model_json_schema()
             found[event_type] = EventRule(event_type, permission=given.get("permission"), schema=schema,
                                           approval=given.get("approval") is True,
                                           webhook=given.get("webhook") is True,
-                                          validator=_validator(schema) if schema is not None else None)
+                                          validator=_validator(schema) if schema is not None and model is None
+                                          else None, model=model)
     return found
 
 

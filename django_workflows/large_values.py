@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +113,19 @@ def load(value: Any, where: Callable[[], str]) -> Any:
     if reference is None:
         return value  # journaled before the key was reserved: the user's own object
     return json.loads(read_text(reference, where))
+
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def of_instance(instance_pk: int, sha256: str) -> StoredValue | None:
+    """The stored value of an instance with this hash, found in the instance's own folder (so that no
+    address reads a file of another instance), or None if it has none."""
+    if not SHA256.match(sha256):
+        return None
+    reference = StoredValue(workflow_settings.LARGE_VALUE_STORAGE, f"{FOLDER}/{instance_pk}/{sha256}.json", 0,
+                            sha256)
+    return reference if storages[reference.storage].exists(reference.name) else None
 
 
 def read_text(reference: StoredValue, where: Callable[[], str], check_size: bool = True) -> str:

@@ -6,7 +6,8 @@ conditional updates decide whether a change is allowed; the admin only reports w
 
 One ModelAdmin for ``Instance``, assembled from a mixin per page: the list (``instance_list``), the
 instance page (``instance_page``), steering from both (``steering``), the approval queue and its
-decisions (``approvals``), discarding from the inbox (``inbox``), and the workflows' pages (``workflows``), over what they share (``base``).
+decisions (``approvals``), discarding from the inbox (``inbox``), downloading a large value kept in
+file storage (``stored_values``), and the workflows' pages (``workflows``), over what they share (``base``).
 ``WorkflowInstancesInline`` (``subject_inline``) shows an object's instances on the object's own page.
 """
 
@@ -21,6 +22,7 @@ from django_workflows.admin.inbox import InboxDiscard
 from django_workflows.admin.instance_list import InstanceList
 from django_workflows.admin.instance_page import InstancePage
 from django_workflows.admin.steering import Steering
+from django_workflows.admin.stored_values import StoredValueDownload
 from django_workflows.admin.subject_inline import WorkflowInstancesInline
 from django_workflows.admin.workflows import WorkflowPages
 from django_workflows.models import Instance
@@ -29,8 +31,8 @@ __all__ = ["InstanceAdmin", "WorkflowInstancesInline"]
 
 
 @admin.register(Instance)
-class InstanceAdmin(InstanceList, InstancePage, Steering, InboxDiscard, ApprovalQueue, WorkflowPages,
-                    InstanceAdminBase):
+class InstanceAdmin(InstanceList, InstancePage, Steering, InboxDiscard, StoredValueDownload, ApprovalQueue,
+                    WorkflowPages, InstanceAdminBase):
     def get_urls(self):
         """The pages and buttons beyond the list and the instance page, before the ModelAdmin's own
         (whose ``<object_id>/`` would take them)."""
@@ -47,5 +49,7 @@ class InstanceAdmin(InstanceList, InstancePage, Steering, InboxDiscard, Approval
             path("<path:object_id>/decide/", wrap(self.decide_view), name=f"{prefix}_decide"),
             path("<path:object_id>/send-event/", wrap(self.send_event_view), name=f"{prefix}_send_event"),
             path("<path:object_id>/discard-events/", wrap(self.discard_events_view), name=f"{prefix}_discard_events"),
+            path("<path:object_id>/values/<str:sha256>/", wrap(self.stored_value_view),
+                 name=f"{prefix}_stored_value"),
             *super().get_urls(),
         ]

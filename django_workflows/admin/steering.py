@@ -1,13 +1,17 @@
 """Steering: the instance page's pause, resume, terminate and restart buttons, and the list's bulk
-actions of the same names. Which change applies to which status is ``transitions.TRANSITIONS``; each is
-done through the instance's handle, whose conditional update decides, and the admin reports it."""
+actions of the same names, with "Terminate and roll back" and "Restart from the step named below" (the
+step's name and its count are typed beside the action). Which change applies to which status is
+``transitions.TRANSITIONS``; each is done through the instance's handle, whose conditional update
+decides, and the admin reports it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, cast
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
@@ -50,12 +54,46 @@ def _bulk_action(transition: Transition) -> Callable[[Steering, HttpRequest, Que
     return steer_selected
 
 
+@admin.action(description="Terminate and roll back selected instances", permissions=["change"])
+def terminate_and_roll_back_selected(model_admin: Steering, request: HttpRequest, queryset: QuerySet[Instance]
+                                     ) -> None:
+    model_admin.steer_selected(request, cast(InstanceQuerySet, queryset), "terminate", rollback=True)
+
+
+@admin.action(description="Restart selected instances from the step named beside", permissions=["change"])
+def restart_from_step_selected(model_admin: Steering, request: HttpRequest,
+                               queryset: QuerySet[Instance]) -> None:
+    from_step = request.POST.get("from_step", "")
+    if not from_step:
+        model_admin.message_user(
+            request, "Nothing changed: type the name of the step to restart from in 'From step' beside the "
+                     "action (and which of that name in 'Count').", messages.ERROR)
+        return
+    count = request.POST.get("count", "") or "1"
+    # ASCII digits only ("²".isdigit() is true): anything else goes on as text, for Change to refuse.
+    number = int(count) if count.isascii() and count.isdigit() else cast(int, count)
+    model_admin.steer_selected(request, cast(InstanceQuerySet, queryset), "restart", from_step=from_step,
+                               count=number)
+
+
+class SteeringActionForm(helpers.ActionForm):
+    """The list's action bar, with the step "Restart ... from the step named beside" restarts from."""
+
+    # Not stripped: a step's name is matched as it was journaled.
+    from_step = forms.CharField(required=False, strip=False, label="From step", max_length=256)
+    # Text, not a number field: an invalid count is reported by the action, not as "No action selected".
+    count = forms.CharField(required=False, label="Count", max_length=10,
+                            widget=forms.TextInput(attrs={"size": 3, "placeholder": "1"}))
+
+
 class Steering(PageMixin):
     """The steer view behind the instance page's buttons, and the list's bulk actions."""
 
     # One bulk action per steering change, in the table's order, so that the list offers what the
-    # handle accepts and nothing more.
-    actions = tuple(_bulk_action(transition) for transition in TRANSITIONS.values())
+    # handle accepts and nothing more; then the variants of terminate and restart.
+    actions = (*(_bulk_action(transition) for transition in TRANSITIONS.values()),
+               terminate_and_roll_back_selected, restart_from_step_selected)
+    action_form = SteeringActionForm
 
     @method_decorator(require_POST)
     def steer_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
@@ -89,20 +127,28 @@ class Steering(PageMixin):
 
     # Bulk actions on the list.
 
-    def steer_selected(self, request: HttpRequest, queryset: InstanceQuerySet, action: str) -> None:
-        # The selection as it is, whatever the status of each: one the change does not apply to is
-        # reported as refused, where the API and the command line select by the transitions table.
+    def steer_selected(self, request: HttpRequest, queryset: InstanceQuerySet, action: str,
+                       **variant: Any) -> None:
+        # The selection as it is, whatever the status of each: one the change does not apply to (or,
+        # restarting from a step, without it) is reported as refused, where the API and the command line
+        # select by the transitions table.
+        try:
+            change = bulk_steering.Change(action, **variant)
+        except WorkflowError as exc:
+            self.message_user(request, f"Nothing changed: {exc}", messages.ERROR)
+            return
+        past = change.past.capitalize()
         outcome = bulk_steering.steer(
-            action, access.scope(queryset.for_steering(), request.user, access.STEER).order_by("pk"),
+            change, access.scope(queryset.for_steering(), request.user, access.STEER).order_by("pk"),
             who=audit.user_sender("admin", request.user),
-            done=lambda row: self.log_change(request, row, f"{TRANSITIONS[action].past.capitalize()} from the list."))
+            done=lambda row: self.log_change(request, row, f"{past} from the list."))
         done = [str(row) for row in outcome.changed]
         refused = [message for _, message in outcome.refused]
         if done:
             self.message_user(
-                request,
-                f"{TRANSITIONS[action].past.capitalize()} {len(done)} "
-                f"instance{'s' if len(done) != 1 else ''}: {', '.join(done)}.",
+                request, f"{past}: {len(done)} instance{'s' if len(done) != 1 else ''}, {', '.join(done)}."
+                if change.variant() else f"{past} {len(done)} instance{'s' if len(done) != 1 else ''}: "
+                f"{', '.join(done)}.",
                 messages.SUCCESS,
             )
         for reason in refused:

@@ -1,5 +1,6 @@
 """``POST <name>/instances/bulk/``: pause, resume, terminate or restart a workflow's instances by filter,
-a bounded batch a request, through ``bulk_steering`` as every surface."""
+a bounded batch a request, through ``bulk_steering`` as every surface; a restart from a step
+(``from_step``, ``count``) and a terminate with rollback (``rollback``) too."""
 
 from __future__ import annotations
 
@@ -27,6 +28,16 @@ class BulkSteerSerializer(RejectUnknownFields, serializers.Serializer):
                   f"{bulk_steering.MAX_BATCH}); 'more' in the answer says whether others matched.")
     dry_run = serializers.BooleanField(required=False, default=False,
                                        help_text="Only say which instances would be changed.")
+    from_step = serializers.CharField(
+        required=False, allow_null=True, default=None, trim_whitespace=False,
+        help_text="restart only: run again from this journaled step, keeping the steps before it; only the "
+                  "instances whose journal holds it are selected.")
+    count = serializers.IntegerField(
+        required=False, default=1, min_value=1,
+        help_text="With from_step: which step of that name (default 1, the first).")
+    rollback = serializers.BooleanField(
+        required=False, default=False,
+        help_text="terminate only: first run the undos of each instance's steps that succeeded with one.")
 
 
 class RefusedSerializer(serializers.Serializer):
@@ -36,6 +47,10 @@ class RefusedSerializer(serializers.Serializer):
 
 class BulkOutcomeSerializer(serializers.Serializer):
     action = serializers.CharField()
+    from_step = serializers.CharField(required=False, help_text="The step a restart ran again from.")
+    from_step_count = serializers.IntegerField(required=False,
+                                               help_text="Which step of that name (the request's count).")
+    rollback = serializers.BooleanField(required=False, help_text="Whether a terminate rolls back first.")
     dry_run = serializers.BooleanField()
     count = serializers.IntegerField(help_text="How many instances were changed (or would be, dry run).")
     ids = serializers.ListField(child=serializers.CharField(), help_text="Their ids, oldest first.")
@@ -57,8 +72,10 @@ class InstanceBulkView(WorkflowAPIView):
         serializer = BulkSteerSerializer(data=self.json_body(request, required=True))
         serializer.is_valid(raise_exception=True)
         asked = serializer.validated_data
+        change = bulk_steering.Change(asked["action"], from_step=asked["from_step"], count=asked["count"],
+                                      rollback=asked["rollback"])
         where = bulk_steering.where_filter(asked["where"])
-        instances = bulk_steering.select(asked["action"], Instance.objects.for_workflow(name).filter(where), user)
-        outcome = bulk_steering.steer(asked["action"], instances, dry_run=asked["dry_run"], limit=asked["limit"],
+        instances = bulk_steering.select(change, Instance.objects.for_workflow(name).filter(where), user)
+        outcome = bulk_steering.steer(change, instances, dry_run=asked["dry_run"], limit=asked["limit"],
                                       who=audit.user_sender("api", user))
         return Response(BulkOutcomeSerializer(outcome.as_dict()).data)

@@ -67,12 +67,23 @@ def declared_event_operations(result, generator, request, public):
                                        if parameter.get("name") not in ("name", "event_type")]
             operation["summary"] = f"Send event {rule.type!r} to an instance of workflow {name!r}"
             operation["requestBody"] = {
-                "content": {"application/json": {"schema": rule.schema if rule.schema is not None else {}}},
+                "content": {"application/json": {"schema": _payload_schema(rule, result)}},
                 "required": False,
             }
             concrete = template.replace("{name}", name).replace("{event_type}", rule.type)
             paths[concrete] = {"post": operation}
     return result
+
+
+def _payload_schema(rule, result) -> dict:
+    """The schema of the type's payload; a Pydantic model's with its nested models among the document's
+    components, where the references of an OpenAPI document point (a JSON Schema's ``$defs`` do not)."""
+    if rule.model is None:
+        return rule.schema if rule.schema is not None else {}
+    schema = rule.model.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    components.update(schema.pop("$defs", {}))
+    return schema
 
 
 def operation(**kwargs):

@@ -3,19 +3,14 @@ against its hash."""
 
 from __future__ import annotations
 
-import re
-
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse
 
 from django_workflows import large_values
 from django_workflows.api.schema import operation
 from django_workflows.api.views import WorkflowAPIView, errors
-from django_workflows.conf import workflow_settings
 from django_workflows.errors import InstanceNotFound
 from django_workflows.models import Instance
-
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class InstanceValueView(WorkflowAPIView):
@@ -26,15 +21,10 @@ class InstanceValueView(WorkflowAPIView):
                           **errors(400, 401, 403, 404)})
     def get(self, request, name, instance_id, sha256):
         row: Instance = self.instance(name, instance_id)
-        if not _SHA256.match(sha256):
-            raise InstanceNotFound(f"Instance {name}/{instance_id} has no stored value {sha256[:100]!r}.",
-                                   workflow=name, instance_id=instance_id)
         # Found by the instance's own folder and the hash: nobody reads a file of another instance.
-        reference = large_values.StoredValue(workflow_settings.LARGE_VALUE_STORAGE,
-                                             f"{large_values.FOLDER}/{row.pk}/{sha256}.json", 0, sha256)
-        storage = large_values.storages[reference.storage]
-        if not storage.exists(reference.name):
-            raise InstanceNotFound(f"Instance {name}/{instance_id} has no stored value {sha256}.",
+        reference = large_values.of_instance(row.pk, sha256)
+        if reference is None:
+            raise InstanceNotFound(f"Instance {name}/{instance_id} has no stored value {sha256[:100]!r}.",
                                    workflow=name, instance_id=instance_id)
         text = large_values.read_text(reference, lambda: f"instance {name}/{instance_id}", check_size=False)
         return HttpResponse(text, content_type="application/json")

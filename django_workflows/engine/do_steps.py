@@ -22,8 +22,9 @@ from typing import Any
 from django.db import connections
 
 from django_workflows import clock, large_values, telemetry
+from django_workflows.declared_types import DeclaredTypeMismatch, convert
 
-from django_workflows.engine import atomic_steps, rollbacks
+from django_workflows.engine import atomic_steps, result_types, rollbacks
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import AttemptTimedOut, Suspend
 from django_workflows.error_journal import USER_FAILURES, describe_error, rebuild_error
@@ -86,6 +87,7 @@ class DoSteps:
         ``(False, PendingDo)`` if it must run now; a retry whose delay has not passed suspends."""
         host = self.host
         undo = undo_config = None
+        config, declared = result_types.split_config(name, fn, config)
         if config is not None and any(k in config for k in rollbacks.ROLLBACK_KEYS):
             config, undo, undo_config = rollbacks.split_config(config, f"step {name!r}")
         key = key or host.next_key(name)
@@ -93,6 +95,8 @@ class DoSteps:
         if entry is not None and entry.status == StepStatus.SUCCEEDED:
             host.count_step(key, journaled=True)
             result = read_back(entry.result, entry.typed, lambda: f"instance {host.instance}, step {key!r}")
+            if declared is not None:
+                result = result_types.journaled_as(result, declared, name, key)
             if undo is not None:
                 self.undos.remember(name, key, undo, undo_config, result, _policy(name, config),
                                     len(entry.attempts))
@@ -109,7 +113,7 @@ class DoSteps:
             if entry.wake_at > clock.now():
                 raise Suspend(step_key=key, wake_at=entry.wake_at, reason="retry")
             host.report.timer_fired(key, name, "retry", entry.wake_at, host.started_at)
-        return False, PendingDo(name, key, entry, fn, config, policy, undo, undo_config)
+        return False, PendingDo(name, key, entry, fn, config, policy, undo, undo_config, declared)
 
     def attempt(self, pending: PendingDo, number: int, journal: Any = None, callers: Any = None) -> Attempt:
         """Run attempt ``number`` of a pending step's body under its timeout. Nothing else runs between
@@ -139,6 +143,9 @@ class DoSteps:
                 returned = telemetry.run_in_span(span, call_with_timeout, functools.partial(meter.run, body),
                                                  timeout, journal, callers)
             text, value = encode(returned, self.result_limit)
+            if pending.result_type is not None:
+                # Made into the declared type from the value a replay reads back, so both runs see alike.
+                value = convert(value, pending.result_type)
             text = large_values.offload(text, host.instance.pk)
         except AttemptTimedOut:
             failure = StepTimeoutError(
@@ -147,6 +154,8 @@ class DoSteps:
             )
         except NotJournalable as exc:
             failure = StepResultError(f"Step {pending.name!r} returned a value that {exc}", step=pending.key)
+        except DeclaredTypeMismatch as exc:
+            failure = result_types.mismatch(exc, pending.result_type, pending.name, pending.key)
         except USER_FAILURES as exc:
             failure = exc
         finally:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar, cast
 
-from django_workflows.engine import child_steps
+from django_workflows.engine import child_steps, result_types
 from django_workflows.engine.child_steps import ChildSteps
 from django_workflows.engine.concurrent_steps import ConcurrentSteps
 from django_workflows.definition import WorkflowStepEvent
@@ -61,7 +61,7 @@ class WorkflowStep:
 
     def do(self, name: str | None = None, fn: Callable[..., Any] | None = None, *,
            config: dict[str, Any] | None = None, depends: Sequence[StepFunction] | None = None,
-           concurrent: bool = False, atomic: bool = False) -> Any:
+           concurrent: bool = False, atomic: bool = False, result_type: Any = None) -> Any:
         """Run ``fn`` as a durable step named ``name``; or, without ``fn``, declare the decorated
         function as a step (``@step.do()`` names it after the function, ``@step.do("charge",
         depends=[reserve])`` runs ``reserve`` first and passes its result in), which its call runs.
@@ -69,31 +69,37 @@ class WorkflowStep:
         A function with a ``ctx`` parameter receives the step context (``StepContext``). ``config``
         may name an undo: ``{"rollback": fn, "rollback_config": {...}}`` (see ``rollback_all``).
         ``atomic=True`` (or ``config={"atomic": True}``) runs ``fn`` in a transaction of the workflow
-        database that commits its journal row too: exactly once (``django_workflows.engine.atomic_steps``)."""
+        database that commits its journal row too: exactly once (``django_workflows.engine.atomic_steps``).
+        ``result_type`` (or, without it, ``fn``'s return annotation) is the type ``run()`` gets the
+        result as, on the first run and on every replay, when the value alone does not say
+        (``django_workflows.engine.result_types``)."""
         if atomic:
             config = {**(config or {}), "atomic": True}
         if fn is None:
             if name is not None:
                 validate_step_name(name)
-            return lambda func: self._declare(name, func, config, depends, concurrent)
+            return lambda func: self._declare(name, func, result_types.declare(config, result_type), depends,
+                                              concurrent)
         if depends or concurrent:
             raise InvalidStepInput(f"step.do({name!r}): depends and concurrent belong to the decorator form, "
                                    "@step.do(name, depends=[...])")
         # A name left out (None) is refused as the step takes its key (validate_step_name), as any name is.
-        return self._run_do(cast(str, name), fn, config)
+        return self._run_do(cast(str, name), fn, result_types.declare(config, result_type))
 
     def with_rollback(self, name: str | None = None, config: dict[str, Any] | None = None, *,
                       depends: Sequence[StepFunction] | None = None, concurrent: bool = False,
-                      undo: Callable[..., Any] | None = None) -> Callable[[Callable[..., Any]], StepFunction]:
+                      undo: Callable[..., Any] | None = None, result_type: Any = None
+                      ) -> Callable[[Callable[..., Any]], StepFunction]:
         """Declare a step with an undo (the Python SDK's form): ``@step.with_rollback("charge")``, then
         ``@charge.undo`` (or ``@charge.undo(config={...})``) on the function that undoes it, or the undo
         given at once, ``undo=refund``. ``depends`` and ``concurrent`` are those of ``step.do``. Calling
-        the step before it has an undo raises ``ValueError``."""
+        the step before it has an undo raises ``ValueError``. ``result_type`` is that of ``step.do``."""
         if name is not None:
             validate_step_name(name)
 
         def declare(func: Callable[..., Any]) -> StepFunction:
-            declared = self._declare(name, func, config, depends, concurrent)
+            declared = self._declare(name, func, result_types.declare(config, result_type), depends,
+                                     concurrent)
             declared.requires_undo = True
             if undo is not None:
                 declared.undo(undo)

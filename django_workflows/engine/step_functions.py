@@ -27,7 +27,9 @@ import inspect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
+from django_workflows.declared_types import return_annotation
 from django_workflows.definition import StepContext, parameters
+from django_workflows.engine import result_types
 from django_workflows.errors import InvalidStepInput
 
 CONTEXT_PARAMETER = "ctx"
@@ -179,6 +181,10 @@ class StepFunction:
             def body() -> Any:  # type: ignore[misc]
                 return func(*args, **kwargs)
         config = self.config
+        if config is None or result_types.CONFIG_KEY not in config:
+            # The body called is a wrapper without annotations: the function's own return annotation
+            # declares the result's type (engine.result_types).
+            config = result_types.declare(config, return_annotation(func))
         if self.undo_handler is not None:
             config = {**(config or {}), "rollback": self.undo_handler}
             # An undo without a config of its own inherits the step's (Cloudflare's Python SDK).

@@ -79,6 +79,8 @@ class PendingDo:
     policy: StepPolicy
     undo: Callable[..., Any] | None
     undo_config: dict[str, Any] | None
+    result_type: Any = None
+    """The type run() gets the result as (``result_type=``, or the function's return annotation)."""
 
 
 class Attempt(NamedTuple):

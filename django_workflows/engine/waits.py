@@ -14,7 +14,13 @@ from django_workflows.control_flow import Suspend
 from django_workflows.definition import WorkflowStepEvent
 from django_workflows.durations import parse_duration
 from django_workflows.error_journal import describe_error, rebuild_error
-from django_workflows.errors import InvalidEvent, InvalidStepInput, WorkflowConfigError, WorkflowTimeoutError
+from django_workflows.errors import (
+    InvalidEvent,
+    InvalidStepInput,
+    StepResultError,
+    WorkflowConfigError,
+    WorkflowTimeoutError,
+)
 from django_workflows.models import StepKind, StepStatus
 from django_workflows.engine.stored_values import read_back
 from django_workflows.engine.step_host import StepHost
@@ -160,7 +166,10 @@ class WaitSteps:
                 step=name,
             ))
         if entry is not None and finished(entry):
-            return _step_event(entry.result, entry.typed, lambda: f"instance {host.instance}, step {key!r}")
+            def where() -> str:
+                return f"instance {host.instance}, step {key!r}"
+
+            return self.as_declared(_step_event(entry.result, entry.typed, where), name)
         row = WaitRow(key, name, entry, types, delta)
         received = self.consume(row)
         if received is not None:
@@ -187,6 +196,25 @@ class WaitSteps:
             raise timeout_error
         raise Suspend(step_key=key, wake_at=row.deadline, waiting_for=types, reason="event")
 
+    def as_declared(self, event: WorkflowStepEvent, name: str) -> WorkflowStepEvent:
+        """``event`` with its payload as the Pydantic model its type declares as schema, if it declares
+        one: on the first run and on every replay, as the inbox and the journal keep the payload sent."""
+        rule = (self.declared_events or {}).get(event.type)
+        model = getattr(rule, "model", None)
+        if model is None:
+            return event
+        from pydantic import ValidationError
+
+        try:
+            payload = model.model_validate(event.payload)
+        except ValidationError as exc:
+            # Validated as it arrived: the model has changed since. The journal is left as it is.
+            raise StepResultError(
+                f"Step {name!r}: the payload of event {event.type!r} no longer matches its schema "
+                f"{model.__qualname__}: {exc.errors(include_url=False)[0]['msg']}; make the model accept "
+                "payloads sent before the change", step=name) from None
+        return WorkflowStepEvent(type=event.type, payload=payload, timestamp=event.timestamp)
+
     def consume(self, row: WaitRow) -> WorkflowStepEvent | None:
         """Take the oldest buffered event of the row's types that arrived by its deadline, if there is
         one, and journal the wait as over with it."""
@@ -202,7 +230,8 @@ class WaitSteps:
         event, status = taken
         # The journal keeps the event as the inbox held it: a large payload, by its reference.
         payload = read_back(event.payload, True, lambda: f"instance {host.instance}, step {row.key!r}")
-        received = WorkflowStepEvent(type=event.type, payload=payload, timestamp=event.received_at)
+        received = self.as_declared(WorkflowStepEvent(type=event.type, payload=payload,
+                                                      timestamp=event.received_at), row.name)
         host.report.step_succeeded(row.key, row.name, StepKind.WAIT, None, received)
         host.after_write(status, row.key)
         return received

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 from django import template
+from django.urls import reverse
 from django.utils.html import format_html
 
+from django_workflows import large_values
 from django_workflows.drawing.time_axis import human_duration, human_milliseconds
 from django_workflows.models import InstanceStatus
 
@@ -17,6 +19,18 @@ register = template.Library()
 def pretty_json(value) -> str:
     """A JSON value indented for reading. Returned as plain text, so the template escapes it."""
     return readable_json(value, indent=2)
+
+
+@register.filter
+def stored_value_link(value, instance) -> str:
+    """A link that downloads ``value`` of ``instance`` if it is a large value kept in file storage (a
+    ``$stored`` reference), through the admin's own view and its permission checks; else nothing."""
+    reference = large_values.reference_of(value)
+    if reference is None:
+        return ""
+    url = reverse("admin:django_workflows_instance_stored_value", args=[instance.pk, reference.sha256])
+    return format_html('<a class="dw-download" href="{}" download>Download the stored value ({} bytes)</a>',
+                       url, f"{reference.size:,}")
 
 
 def readable_json(value, indent=None) -> str:

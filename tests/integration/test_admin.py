@@ -605,13 +605,18 @@ def test_bulk_actions_on_the_list(workflows_env, admin_client):
 
 
 
-def test_the_list_offers_one_bulk_action_per_steering_change(admin_client):
+def test_the_list_offers_one_bulk_action_per_steering_change_and_the_two_variants(admin_client):
     from django_workflows.transitions import TRANSITIONS
 
-    choices = admin_client.get(LIST_URL).context["action_form"].fields["action"].choices
+    page = admin_client.get(LIST_URL)
+    choices = page.context["action_form"].fields["action"].choices
     offered = [(name, str(label)) for name, label in choices if name.endswith("_selected")]
-    assert offered == [(f"{action}_selected", f"{transition.button} selected instances")
-                       for action, transition in TRANSITIONS.items()]
+    assert offered == [*((f"{action}_selected", f"{transition.button} selected instances")
+                         for action, transition in TRANSITIONS.items()),
+                       ("terminate_and_roll_back_selected", "Terminate and roll back selected instances"),
+                       ("restart_from_step_selected", "Restart selected instances from the step named beside")]
+    # The step a restart from a step takes is typed beside the action.
+    assert 'name="from_step"' in page.content.decode() and 'name="count"' in page.content.decode()
 
 
 # Permissions and CSRF.

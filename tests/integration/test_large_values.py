@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.test import Client
 from rest_framework.test import APIClient
 
 from django_workflows import workflows
@@ -234,3 +236,39 @@ def test_a_large_value_holding_typed_values_comes_back_typed_on_every_replay(bul
         assert calls.count("ledger") == 1  # the replay after the event read it back, did not run it again
     finally:
         registry.unregister(TypedAndLarge)
+
+
+def test_the_admin_links_each_stored_value_to_a_download_with_its_permission_checks(workflows_env, bulky):
+    instance = run_to_end(workflows_env)
+    other = run_to_end(workflows_env, size=4000)
+    row = Instance.objects.get(instance_id=instance.id)
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    page = admin.get(f"/admin/django_workflows/instance/{row.pk}/change/").content.decode()
+    links = re.findall(r'<a class="dw-download" href="([^"]+)" download>Download the stored value \(([\d,]+) bytes\)',
+                       page)
+    # The step's result, the output and the event's payload in the inbox.
+    big = reference_of(Step.objects.get(instance=row, name="big").result)
+    assert len(links) == 3 and (f"/admin/django_workflows/instance/{row.pk}/values/{big.sha256}/",
+                                f"{big.size:,}") in links
+    big_url = f"/admin/django_workflows/instance/{row.pk}/values/{big.sha256}/"
+    downloaded = admin.get(big_url)
+    assert downloaded.status_code == 200 and downloaded["Content-Disposition"].startswith("attachment;")
+    assert json.loads(downloaded.content) == {"rows": "x" * 5000}
+
+    # Another instance's file is not this instance's, and a malformed hash names nothing.
+    other_big = reference_of(Step.objects.get(instance__instance_id=other.id, name="big").result)
+    assert admin.get(f"/admin/django_workflows/instance/{row.pk}/values/{other_big.sha256}/").status_code == 404
+    assert admin.get(f"/admin/django_workflows/instance/{row.pk}/values/not-a-hash/").status_code == 404
+
+    # Staff without view_instance see no instance, so no value either.
+    staff = User.objects.create_user("staff", password="pw", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    refused = client.get(big_url)
+    assert refused.status_code == 404 and b"rows" not in refused.content
+
+    # A file changed since it was written is said to be, not served.
+    (bulky / big.name).write_text('{"rows": "tampered"}')
+    changed = admin.get(big_url)
+    assert changed.status_code == 410 and "has changed" in changed.content.decode()

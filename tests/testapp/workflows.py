@@ -657,6 +657,9 @@ from tests.testapp.chaos import ChaosMix  # noqa: E402, F401
 # So are the workflows whose half-run journals are committed under tests/golden/.
 from tests.testapp import golden  # noqa: E402, F401
 
+# And the typed values' workflow of the system tier.
+from tests.testapp import typed_workflows  # noqa: E402, F401
+
 
 class Skewed(WorkflowEntrypoint):
     """Steps that take a while, then a sleep: each step body is logged with the monotonic clock, which

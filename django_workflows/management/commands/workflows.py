@@ -274,18 +274,23 @@ class Command(BaseCommand):
         self.show(summary, f"{done} {handle.workflow_name}/{handle.id}; it is {summary['status']}.")
 
     def instances_bulk(self, action: str, user, options):
-        if options["instance_id"] is not None or options.get("from_step") or options.get("rollback"):
-            raise CommandError("--where steers instances as they are: leave out ID, --from-step and --rollback.")
+        if options["instance_id"] is not None:
+            raise CommandError("--where selects the instances: leave out ID.")
+        change = bulk_steering.Change(action, from_step=options.get("from_step"),
+                                      count=options.get("count", 1), rollback=bool(options.get("rollback")))
         where = bulk_steering.parse_where_arguments(options["where"])
         if options["name"] is not None:
             where.setdefault("workflow", []).append(workflows.get(options["name"]).name)
         if user is not None and not access.holds_model_permission(user, access.STEER):
             raise cli.access_refused(user, access.STEER)
-        instances = bulk_steering.select(action, Instance.objects.filter(bulk_steering.where_filter(where)), user)
-        outcome = bulk_steering.steer(action, instances, dry_run=options["dry_run"], limit=options["limit"],
+        selected = Instance.objects.filter(bulk_steering.where_filter(where))
+        instances = bulk_steering.select(change, selected, user)
+        outcome = bulk_steering.steer(change, instances, dry_run=options["dry_run"], limit=options["limit"],
                                       who=cli.cli_sender() if user is None else audit.user_sender("cli", user))
         verb = f"Would {action}" if outcome.dry_run else TRANSITIONS[action].past.capitalize()
-        lines = [f"{verb} {len(outcome.changed)} instance{'s' if len(outcome.changed) != 1 else ''}"
+        variant = (f" from step {change.from_step!r} #{change.count}" if change.from_step is not None
+                   else ", rolling back first" if change.rollback else "")
+        lines = [f"{verb} {len(outcome.changed)} instance{'s' if len(outcome.changed) != 1 else ''}{variant}"
                  + (": " + ", ".join(map(str, outcome.changed)) if outcome.changed else ".")]
         lines += [f"Refused {row}: {message}" for row, message in outcome.refused]
         if outcome.more:

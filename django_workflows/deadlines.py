@@ -54,11 +54,13 @@ def passed(deadline: datetime | None, now: datetime) -> bool:
     return deadline is not None and now >= deadline
 
 
-def timeout_error(label: str, timeout: timedelta | None, deadline: datetime, step: str = "") -> WorkflowTimeoutError:
-    """The error an instance ends with past its deadline; ``step``, the step it had reached, if any."""
+def timeout_error(label: str, timeout: timedelta | None, deadline: datetime | None,
+                  step: str = "") -> WorkflowTimeoutError:
+    """The error an instance ends with past its ``deadline``; ``step``, the step it had reached, if any."""
     took = f" (its timeout of {format_duration(timeout)})" if timeout is not None else ""
+    when = deadline.isoformat() if deadline is not None else ""
     where = f", at step {step!r}" if step else ""
     return WorkflowTimeoutError(
-        f"Instance {label} ran past its deadline {deadline.isoformat()}{took}{where}. Give it a longer timeout "
-        "(the workflow's timeout, or create(timeout=...)), or continue as new before it.",
-        deadline=deadline.isoformat(), step=step)
+        f"Instance {label} ran past its deadline {when}{took}{where}. Give it a longer timeout (the "
+        "workflow's timeout, or create(timeout=...)), or have it continue as new before then.",
+        deadline=when, step=step)

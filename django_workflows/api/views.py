@@ -235,7 +235,8 @@ class InstanceListView(WorkflowAPIView):
                                     params=serializer.validated_data.get("params"),
                                     retention=serializer.validated_data.get("retention"),
                                     subject=subject_row(serializer.validated_data),
-                                    tags=serializer.validated_data.get("tags"))
+                                    tags=serializer.validated_data.get("tags"),
+                                    timeout=serializer.validated_data.get("timeout"))
             self.created_visible([created])
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
                         status=http.HTTP_201_CREATED)
@@ -253,7 +254,7 @@ class InstanceBatchView(WorkflowAPIView):
         with transaction.atomic():
             created = handle.create_batch([
                 {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention"),
-                 "subject": subject_row(item), "tags": item.get("tags")}
+                 "subject": subject_row(item), "tags": item.get("tags"), "timeout": item.get("timeout")}
                 for item in serializer.validated_data
             ])
             self.created_visible(created)

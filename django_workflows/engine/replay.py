@@ -226,7 +226,7 @@ class Replay:
                 output = async_run.drive(self, workflow.run, event)
             else:
                 output = workflow.run(event, WorkflowStep(self))
-        except (Terminating, Suspend, *USER_FAILURES) as exc:
+        except (Terminating, Suspend, ContinueAsNew, *USER_FAILURES) as exc:
             raised = exc
         return self.end(decide(raised, output, fatal=self.fatal, suspended=self.suspended,
                                terminating=self.undos.terminating, undos_remembered=bool(self.undos.pending),

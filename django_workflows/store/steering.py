@@ -116,7 +116,7 @@ def insert_batch(workflow_name: str, instances: list[Instance],
 
 def successor_of(pk: int) -> tuple[str, str] | None:
     """The workflow and id of the instance that ``pk`` continued as new as, or None."""
-    row = Instance.objects.filter(pk=_rows(pk).values("successor_id")).values_list("workflow_name", "instance_id")
+    row = Instance.objects.filter(pk__in=_rows(pk).values("successor_id")).values_list("workflow_name", "instance_id")
     found: tuple[str, str] | None = row.first()
     return found
 

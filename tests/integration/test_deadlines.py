@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from django_workflows import WorkflowEntrypoint, WorkflowTimeoutError, workflows
-from django_workflows.definition import OPTIONS_ATTRIBUTE
+from django_workflows.definition import OPTIONS_ATTRIBUTE, registry
 from django_workflows.errors import InvalidParams
 from django_workflows.models import Instance, Step
 from django_workflows.options import WorkflowOptions
@@ -252,9 +252,10 @@ def test_a_deploy_that_changes_the_timeout_moves_no_running_deadline(workflows_e
     instance = workflows.get("deadline-week").create()
     workflows_env.run_until_idle()
     deadline = _row(instance).deadline
-    monkeypatch.setattr(WeekLong, "timeout", "1 hour")
-    monkeypatch.delattr(WeekLong, OPTIONS_ATTRIBUTE)
-    assert WorkflowOptions.of(WeekLong).timeout == timedelta(hours=1)
+    deployed = registry.get("deadline-week")  # the class itself, or its async twin
+    monkeypatch.setattr(deployed, "timeout", "1 hour")
+    monkeypatch.delattr(deployed, OPTIONS_ATTRIBUTE)
+    assert WorkflowOptions.of(deployed).timeout == timedelta(hours=1)
     workflows_env.advance("2 hours")
     assert instance.status()["status"] == "waiting"
     assert _row(instance).deadline == deadline

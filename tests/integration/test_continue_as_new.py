@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.errors import InvalidParams, InvalidTransition
+from django_workflows.errors import InvalidInstanceId, InvalidParams, InvalidTransition
 from django_workflows.models import Instance, Step
 from django_workflows.store import tags as instance_tags
 
@@ -206,3 +206,9 @@ def test_an_async_run_continues_as_new(workflows_env):
     family = _family("aloop", "continue-async")
     assert [(member.instance_id, member.output) for member in family] == [
         ("aloop", None), ("aloop~2", None), ("aloop~3", 3)]
+
+
+def test_a_caller_cannot_create_an_id_of_a_family(workflows_env):
+    with pytest.raises(InvalidInstanceId, match="letters, digits"):
+        workflows.get("continue-counter").create(id="loop~2", params={"count": 0, "until": 0})
+    assert not Instance.objects.filter(workflow_name="continue-counter").exists()

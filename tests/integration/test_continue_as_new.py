@@ -208,6 +208,7 @@ def test_an_async_run_continues_as_new(workflows_env):
         ("aloop", None), ("aloop~2", None), ("aloop~3", 3)]
 
 
+@pytest.mark.one_flavour("it runs no workflow")
 def test_a_caller_cannot_create_an_id_of_a_family(workflows_env):
     with pytest.raises(InvalidInstanceId, match="letters, digits"):
         workflows.get("continue-counter").create(id="loop~2", params={"count": 0, "until": 0})

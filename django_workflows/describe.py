@@ -250,7 +250,8 @@ def describe_family(instance: Instance) -> dict[str, str | None]:
     end: ``{predecessor, successor}``, in one query, and none for an instance that has neither. A member
     that retention deleted has its id kept as None too."""
     linked = {pk for pk in (instance.predecessor_id, instance.successor_id) if pk is not None}
-    ids = dict(Instance.objects.filter(pk__in=linked).values_list("pk", "instance_id")) if linked else {}
+    ids: dict[int | None, str] = (dict(Instance.objects.filter(pk__in=linked).values_list("pk", "instance_id"))
+                                  if linked else {})
     return {"predecessor": ids.get(instance.predecessor_id), "successor": ids.get(instance.successor_id)}
 
 

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 
 FLAVOURS = ("sync", "async")
 
-# Calls on run's step parameter that return an awaitable in async def run.
-# (step.child, where the engine has it, too.)
+# Calls on run's step parameter that return an awaitable in async def run (step.continue_as_new raises).
 AWAITED_METHODS = frozenset({"do", "sleep", "sleep_until", "wait_for_event", "all", "rollback_all", "child",
                              "continue_as_new"})
 # Calls on it that declare a step function (return a decorator): never awaited.

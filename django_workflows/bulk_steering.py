@@ -28,7 +28,7 @@ from django_workflows.errors import InvalidFilter, InvalidParams, WorkflowError
 from django_workflows.instances import InstanceHandle
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.transitions import RESTART, TERMINATE, TRANSITIONS, Transition
-from django_workflows.validation import validate_instance_id, validate_step_name
+from django_workflows.validation import validate_existing_instance_id, validate_step_name
 
 MAX_BATCH = 1000
 """The most instances one bulk request changes: a larger selection is steered in several requests."""
@@ -52,7 +52,7 @@ def _status(name: str, values: list[str]) -> Q:
 
 def _ids(name: str, values: list[str]) -> Q:
     for value in values:
-        validate_instance_id(value)
+        validate_existing_instance_id(value)
     return Q(instance_id__in=values)
 
 

@@ -19,7 +19,7 @@ from django_workflows.durations import format_duration, milliseconds
 from django_workflows.errors import InstanceNotFound, WorkflowNotFound
 from django_workflows.models import Instance
 from django_workflows.options import parse_cpu_time_limit
-from django_workflows.validation import validate_instance_id
+from django_workflows.validation import validate_existing_instance_id
 
 LATEST = "latest"
 MAX_CELL = 60
@@ -138,7 +138,7 @@ def find_handle(workflow_name: str, instance_id: str, user=None, action: str = a
     """The instance's handle; an id that could never exist is reported as invalid, not as missing, and
     one ``--user`` may not ``action`` as missing."""
     handle = workflows.get(workflow_name)
-    validate_instance_id(instance_id)
+    validate_existing_instance_id(instance_id)
     if user is not None and not _narrowed(workflow_name, user, action).filter(instance_id=instance_id).exists():
         raise InstanceNotFound(f"Workflow {workflow_name!r} has no instance with id {instance_id!r}.",
                                workflow=workflow_name, instance_id=instance_id)
@@ -337,6 +337,10 @@ def format_instance(description: dict) -> str:
     ]
     if d["wake_at"]:
         pairs.append(("Wakes", when(d["wake_at"])))
+    if d.get("deadline"):
+        pairs.append(("Deadline", f"{when(d['deadline'])} (timeout {format_duration(d['timeout'])})"))
+    family = [(label, d.get(link)) for label, link in (("Continues", "predecessor"), ("Continued as", "successor"))]
+    pairs += [(label, member) for label, member in family if member]
     if d["current_step"]:
         pairs.append(("Current step", d["current_step"]))
     if d["waiting_reason"]:

@@ -56,3 +56,13 @@ class EndOfJournal(BaseException):
 class Terminating(BaseException):
     """``terminate(rollback=True)`` was asked: run() is stopped at the first step the journal has not
     finished, so that the undos of the steps before it run and the instance ends terminated."""
+
+
+class ContinueAsNew(BaseException):
+    """``step.continue_as_new(params)`` was called: run() is unwound, the instance ends and its successor
+    starts with ``params`` (already checked and in the journal's form). Every later step call raises it
+    again, so an ``except BaseException:`` in run() cannot go on past it."""
+
+    def __init__(self, params) -> None:
+        super().__init__("continue as new")
+        self.params = params

@@ -102,6 +102,9 @@ class WorkflowEntrypoint:
     ``concurrency`` bounds how many of its instances run at once across every worker (the others
     stay queued, oldest first); ``rate_limit`` ("100/minute", per second, minute or hour) bounds its
     starts in any sliding window of that length (``django_workflows.limits``).
+    ``timeout`` ("7 days", milliseconds or a timedelta) gives each instance a deadline, fixed when it is
+    created: past it the instance ends errored with ``WorkflowTimeoutError`` (``django_workflows.deadlines``);
+    ``create(timeout=...)`` overrides it for one instance.
     Set ``abstract = True`` on a base class that is not a workflow itself.
     """
 
@@ -116,6 +119,7 @@ class WorkflowEntrypoint:
     schedule_catch_up: ClassVar[str] = "latest"
     concurrency: ClassVar[int | None] = None
     rate_limit: ClassVar[str | None] = None
+    timeout: ClassVar[int | float | str | timedelta | None] = None
     abstract: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):

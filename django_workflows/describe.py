@@ -245,6 +245,16 @@ def describe_parent(instance: Instance) -> dict | None:
             "step": instance.parent_step, "on_parent_end": instance.on_parent_end}
 
 
+def describe_family(instance: Instance) -> dict[str, str | None]:
+    """The ids of the instances before and after it in its family (``step.continue_as_new``), None at either
+    end: ``{predecessor, successor}``, in one query, and none for an instance that has neither. A member
+    that retention deleted has its id kept as None too."""
+    linked = {pk for pk in (instance.predecessor_id, instance.successor_id) if pk is not None}
+    ids: dict[int | None, str] = (dict(Instance.objects.filter(pk__in=linked).values_list("pk", "instance_id"))
+                                  if linked else {})
+    return {"predecessor": ids.get(instance.predecessor_id), "successor": ids.get(instance.successor_id)}
+
+
 def describe_children(instance: Instance, limit: int = CHILDREN_SHOWN) -> list[dict]:
     """The instances this one started with ``step.child``, oldest first (the first ``limit``)."""
     rows = (Instance.objects.filter(parent_id=instance.pk).order_by("created_at", "id")
@@ -276,6 +286,9 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
         "retention": describe_retention(instance),
         "parent": describe_parent(instance),
         "children": describe_children(instance),
+        "timeout": instance.timeout,
+        "deadline": instance.deadline,
+        **describe_family(instance),
         # What its replays have cost so far (each adds its own as it ends), over the instance's life.
         "cpu_ms": round(instance.cpu_ms, 3),
         "step_wall_ms": round(instance.step_wall_ms, 3),

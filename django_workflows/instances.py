@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, declared_events, lifecycle, sending, signals, subjects
+from django_workflows import clock, deadlines, declared_events, lifecycle, sending, signals, subjects
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.engine.stored_values import read_back
@@ -38,7 +38,7 @@ from django_workflows.tags import validate_tags
 from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 100
-BATCH_KEYS = ("id", "params", "retention", "subject", "tags")
+BATCH_KEYS = ("id", "params", "retention", "subject", "tags", "timeout")
 
 MAX_RETENTION = timedelta(days=365)
 """The longest retention an instance may choose for itself (``create(retention=...)``)."""
@@ -104,21 +104,23 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.name}>"
 
-    def _new_instance(self, instance_id, params, retention=None, subject=None) -> Instance:
+    def _new_instance(self, instance_id, params, retention=None, subject=None, timeout=None) -> Instance:
         instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
         params = _check_params(instance_id, params)
         kept = parse_retention(retention)
         subject_type, subject_id = (None, None) if subject is None else subjects.subject_of(subject)
+        options = WorkflowOptions.of(self.workflow_class)
+        own_timeout = options.timeout if timeout is None else deadlines.parse_timeout(timeout, "timeout")
         now = clock.now()
         return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
                         status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
                         success_retention=kept.get("success"), error_retention=kept.get("error"),
-                        version=WorkflowOptions.of(self.workflow_class).version,
-                        subject_type=subject_type, subject_id=subject_id)
+                        version=options.version, subject_type=subject_type, subject_id=subject_id,
+                        timeout=own_timeout, deadline=deadlines.deadline_after(now, own_timeout))
 
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
                retention: dict | None = None, *, subject: Any = None,
-               tags: dict[str, str] | None = None) -> InstanceHandle:
+               tags: dict[str, str] | None = None, timeout: Any = None) -> InstanceHandle:
         """Create an instance and queue its first replay. An id that exists is an error.
 
         ``retention`` chooses how long the instance is kept once it has finished, by how it ended,
@@ -137,10 +139,15 @@ class WorkflowHandle:
         ``Instance.objects.for_subject(order)`` finds it, and so do the admin's ``WorkflowInstancesInline``
         on the order's page and the API's ``?subject=shop.order:42``. ``tags`` are short strings it is
         searched by, ``{"tenant": "acme"}`` (``django_workflows.tags``); ``step.set_tags`` adds more.
-        A subject or tags it cannot take raise ``InvalidSubject`` / ``InvalidTags`` and create nothing."""
+        A subject or tags it cannot take raise ``InvalidSubject`` / ``InvalidTags`` and create nothing.
+
+        ``timeout`` (milliseconds, "N unit(s)" or a timedelta, up to 10 years) gives this instance a
+        deadline instead of its workflow's ``timeout``: past it, it ends errored with
+        ``WorkflowTimeoutError`` (``django_workflows.deadlines``). One it cannot take raises
+        ``InvalidParams`` and creates nothing."""
         checked_tags = {key: value for key, value in validate_tags(tags, "create(tags=...)").items()
                         if value is not None}
-        instance = self._new_instance(id, params, retention, subject)
+        instance = self._new_instance(id, params, retention, subject, timeout)
         try:
             steering.insert(instance, checked_tags)
         except IntegrityError:
@@ -155,7 +162,7 @@ class WorkflowHandle:
 
     def create_batch(self, batch) -> list[InstanceHandle]:
         """Create up to 100 instances from ``[{"id": ..., "params": ..., "retention": ..., "subject": ...,
-        "tags": ...}, ...]`` (each key optional; each as ``create()`` takes it).
+        "tags": ..., "timeout": ...}, ...]`` (each key optional; each as ``create()`` takes it).
 
         Ids that already exist are skipped, so sending the same batch twice creates each instance once
         (an item skipped keeps the subject and tags it was created with). Returns a handle for every item,
@@ -172,7 +179,7 @@ class WorkflowHandle:
                                     f"(each optional), got {item!r}")
             item_tags = validate_tags(item.get("tags"), "create_batch(tags=...)")
             instance = self._new_instance(item.get("id"), item.get("params"), item.get("retention"),
-                                          item.get("subject"))
+                                          item.get("subject"), item.get("timeout"))
             instances.append(instance)
             tags[instance.instance_id] = {key: value for key, value in item_tags.items() if value is not None}
         ids = [instance.instance_id for instance in instances]
@@ -250,14 +257,20 @@ class InstanceHandle:
 
     def status(self) -> dict:
         """``{status, output, error}``, as Cloudflare's ``status()``: its status values, the error as
-        ``{name, message}``, and, once a rollback ran, ``rollback`` as ``{outcome, error}`` (absent
-        otherwise, as Cloudflare leaves it out)."""
-        row = self._rows().values("status", "output", "error").first()
+        ``{name, message}`` (``WorkflowTimeoutError`` past its deadline), and, once a rollback ran,
+        ``rollback`` as ``{outcome, error}`` (absent otherwise, as Cloudflare leaves it out). An instance
+        of a family (``step.continue_as_new``) has ``predecessor`` and ``successor`` too: the ids of the
+        instances before and after it (None at either end)."""
+        row = self._rows().values("status", "output", "error", "predecessor__instance_id",
+                                  "successor__instance_id").first()
         if row is None:
             raise InstanceNotFound(f"Instance {self.workflow_name}/{self.id} no longer exists.",
                                    workflow=self.workflow_name, instance_id=self.id)
         # A large output read back from its file, then its typed values revived.
         row["output"] = read_back(row["output"], True, lambda: f"instance {self.workflow_name}/{self.id}, output")
+        predecessor, successor = row.pop("predecessor__instance_id"), row.pop("successor__instance_id")
+        if predecessor is not None or successor is not None:
+            row.update(predecessor=predecessor, successor=successor)
         rollback = rollback_of(row["error"])
         return row if rollback is None else {**row, "rollback": rollback}
 
@@ -311,6 +324,12 @@ class InstanceHandle:
                 workflow=self.workflow_name, instance_id=self.id, step=from_step, count=count,
             )
         if not restarted:
+            continued = steering.successor_of(self.pk)
+            if continued is not None:
+                raise InvalidTransition(
+                    f"Cannot restart instance {self.workflow_name}/{self.id}: it continued as new as "
+                    f"{continued[0]}/{continued[1]}, which carries its family on; restart or steer that one.",
+                    workflow=self.workflow_name, instance_id=self.id, status=InstanceStatus.COMPLETE, action="restart")
             self._current_status()  # raises InstanceNotFound
             return
         self._announce(signals.instance_restarted, lifecycle.INFO, "restarted from %s",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Self
 
@@ -10,66 +10,15 @@ from django.contrib.contenttypes.fields import GenericForeignKey
 from django.db import models
 from django.db.models import Count, F, Q
 
-from django_workflows import subjects
+# The queries on instances live in a module of their own; projects import them from here.
+from django_workflows.instance_queries import InstanceQuerySet as InstanceQuerySet
+from django_workflows.instance_queries import with_tags as with_tags
 from django_workflows.lookups import HoldsAnyOf
 # Defined beside the models at first: projects and the package import them from here too.
 from django_workflows.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
 from django_workflows.statuses import FINISHED_STATUSES as FINISHED_STATUSES
 from django_workflows.statuses import MARKER_KINDS as MARKER_KINDS
 from django_workflows.statuses import InstanceStatus, ParentEndPolicy, StepKind, StepStatus
-
-
-class InstanceQuerySet(models.QuerySet):
-    def for_workflow(self, name: str) -> Self:
-        return self.filter(workflow_name=name)
-
-    def for_steering(self) -> Self:
-        """Only what names each instance (its pk, workflow and id): enough to steer it by its handle."""
-        return self.only("pk", "instance_id", "workflow_name")
-
-    def due(self, now: datetime) -> Self:
-        """Waiting instances whose wake time has come."""
-        return self.filter(status=InstanceStatus.WAITING, wake_at__lte=now)
-
-    def expired_leases(self, now: datetime) -> Self:
-        return self.filter(
-            status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now
-        )
-
-    def stale_queued(self, before: datetime) -> Self:
-        """Queued instances untouched since ``before``: their replay task may have been lost."""
-        return self.filter(status=InstanceStatus.QUEUED, updated_at__lt=before)
-
-    def waiting_for_any(self, types_by_workflow: Mapping[str, Iterable[str]]) -> Self:
-        """Instances waiting for an event of a type listed for their workflow in ``types_by_workflow``
-        (``{workflow name: event types}``). A wait may name several types; one listed is enough."""
-        listed = Q(pk__in=[])
-        for workflow_name, types in types_by_workflow.items():
-            if types:
-                listed |= Q(workflow_name=workflow_name, waiting_for__holds_any_of=sorted(types))
-        return self.filter(listed, status=InstanceStatus.WAITING)
-
-    def for_subject(self, subject) -> Self:
-        """The instances bound to ``subject`` (``create(subject=order)``): a model instance, or its
-        reference ``"app_label.model:pk"``."""
-        content_type, pk = subjects.find(subject)
-        return self.filter(subject_type=content_type, subject_id=pk)
-
-    def tagged(self, tags) -> Self:
-        """The instances that hold every tag of ``tags`` (``{"tenant": "acme"}``)."""
-        return self.filter(with_tags(tags))
-
-
-def with_tags(tags) -> Q:
-    """The instances holding every tag of ``tags``, as a filter on ``Instance``: for ``tagged()``, and
-    for an ``INSTANCE_ACCESS`` rule (``with_tags({"tenant": user.profile.tenant})``). A subquery per tag
-    rather than a join, so that it never repeats an instance, combined with ``|`` or ``&`` as any Q."""
-    from django_workflows.tags import validate_tags
-
-    condition = Q()
-    for key, value in validate_tags(tags, "tag filter").items():
-        condition &= Q(pk__in=InstanceTag.objects.filter(key=key, value=value).values("instance_id"))
-    return condition
 
 
 class Instance(models.Model):
@@ -142,6 +91,33 @@ class Instance(models.Model):
         max_length=16, choices=ParentEndPolicy.choices, default=ParentEndPolicy.TERMINATE,
         db_default=ParentEndPolicy.TERMINATE,
         help_text="What the parent's terminate or restart does to this child while it runs.",
+    )
+
+    # The instance's own deadline (``timeout`` on its class, or ``create(timeout=...)``), fixed when it is
+    # created so that a deploy changing the class moves no running instance's; its timeout is kept too, for
+    # a restart, which measures it again from then (``django_workflows.deadlines``). Nullable, as the
+    # retention columns are, for a previous release's worker that inserts instances without them.
+    timeout = models.DurationField(
+        null=True, blank=True, default=None,
+        help_text="How long the instance may take before it ends errored with WorkflowTimeoutError; null: no "
+                  "deadline.",
+    )
+    deadline = models.DateTimeField(
+        null=True, blank=True, default=None,
+        help_text="When the instance ends errored with WorkflowTimeoutError if it has not ended: its creation "
+                  "(or last restart) plus its timeout.",
+    )
+
+    # The links of a family of instances (``step.continue_as_new``): the instance it continues, and the one
+    # that continues it, written in the transaction that ends it. Not database foreign keys, as for parent:
+    # retention deletes each member of a family by itself.
+    predecessor = models.ForeignKey(
+        "self", null=True, blank=True, default=None, on_delete=models.DO_NOTHING, db_constraint=False,
+        db_index=False, related_name="+", help_text="The instance that continued as new as this one.",
+    )
+    successor = models.ForeignKey(
+        "self", null=True, blank=True, default=None, on_delete=models.DO_NOTHING, db_constraint=False,
+        db_index=False, related_name="+", help_text="The instance this one continued as new as.",
     )
 
     # The row the instance is about (``create(subject=order)``): any model, by content type and primary

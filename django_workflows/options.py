@@ -1,6 +1,6 @@
 """A workflow class's options, read once: what its ``step_limit``, ``cpu_time_limit``, ``version``,
 ``name``, ``approvals``, ``events``, ``schedules`` (with ``schedule_timezone`` and ``schedule_catch_up``),
-``concurrency`` and ``rate_limit`` come to, and what is wrong with them.
+``concurrency``, ``rate_limit`` and ``timeout`` come to, and what is wrong with them.
 
 ``WorkflowOptions.of(cls)`` reads a class's attributes the first time it is asked, as a Django model has
 its ``_meta``, and keeps the result on the class; registering the class again reads them again. Every
@@ -25,13 +25,13 @@ from typing import Any, TypeVar
 
 from django.core.checks import Error
 
-from django_workflows import event_rules, limits
+from django_workflows import deadlines, event_rules, limits
 
 from django_workflows import cron
 from django_workflows.conf import HARD_STEP_LIMIT, MAX_CPU_TIME_LIMIT, workflow_settings
 from django_workflows.definition import OPTIONS_ATTRIBUTE, WorkflowEntrypoint, registry
 from django_workflows.durations import parse_duration
-from django_workflows.errors import InvalidStepInput, MissingExtra, WorkflowConfigError
+from django_workflows.errors import InvalidParams, InvalidStepInput, MissingExtra, WorkflowConfigError
 from django_workflows.validation import is_event_type, is_workflow_name
 
 MAX_VERSION = 100
@@ -118,6 +118,8 @@ class WorkflowOptions:
         ``events`` declares ``approval``."""
         self._read_schedules(workflow_class)
         self.limits = self._read_limits(workflow_class.concurrency, workflow_class.rate_limit)
+        self.timeout = self._read_timeout(workflow_class.timeout)
+        """The deadline a new instance is given, from its creation; None: none (or check E037 refuses it)."""
 
     @classmethod
     def of(cls, workflow_class: type[WorkflowEntrypoint]) -> WorkflowOptions:
@@ -307,6 +309,21 @@ class WorkflowOptions:
         except WorkflowConfigError as exc:
             self.problems.append(Error(f"{exc}. Until it is fixed, {lifted} applies to its instances.",
                                        hint=hint, id=id))
+            return None
+
+    def _read_timeout(self, value: Any) -> timedelta | None:
+        """The class's ``timeout``; a value check E037 refuses is left out, as if not declared: an
+        instance without a deadline is what the class had before it gave one."""
+        if value is None:
+            return None
+        try:
+            return deadlines.parse_timeout(value, f"{self.where}.timeout")
+        except InvalidParams as exc:
+            self.problems.append(Error(
+                f"{exc} Until it is fixed, its new instances have no deadline.",
+                hint="timeout = '7 days' ends an instance errored with WorkflowTimeoutError 7 days after it "
+                     "was created; give milliseconds, 'N unit(s)' or a timedelta.",
+                id="django_workflows.E037"))
             return None
 
 

@@ -18,6 +18,9 @@ _IDENTIFIER = r"[a-zA-Z0-9_][a-zA-Z0-9_-]"
 
 MAX_INSTANCE_ID = 100
 INSTANCE_ID_PATTERN = re.compile(rf"^{_IDENTIFIER}*$")
+# The ids the engine gives instances itself may hold '~' as well: a successor's (``families``: order-7~2),
+# and a child's derived from such an id. A caller never creates one, and may look any of them up.
+EXISTING_INSTANCE_ID_PATTERN = re.compile(r"^[a-zA-Z0-9_][a-zA-Z0-9_~-]*$")
 MAX_EVENT_TYPE = 100
 EVENT_TYPE_PATTERN = re.compile(rf"^{_IDENTIFIER}*$")
 # A workflow's name is part of the API's URLs and of every instance: the instance-id rule, shorter.
@@ -41,6 +44,13 @@ def validate_instance_id(value) -> str:
             "and '_', not starting with '-'.",
             instance_id=value,
         )
+    return value
+
+
+def validate_existing_instance_id(value) -> str:
+    """An instance id to look up: the creation rule, or an id the engine gave (with '~')."""
+    if not _identifier(value, EXISTING_INSTANCE_ID_PATTERN, MAX_INSTANCE_ID):
+        validate_instance_id(value)  # raises, saying what an id is
     return value
 
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 
 FLAVOURS = ("sync", "async")
 
-# Calls on run's step parameter that return an awaitable in async def run.
-# (step.child, where the engine has it, too.)
-AWAITED_METHODS = frozenset({"do", "sleep", "sleep_until", "wait_for_event", "all", "rollback_all", "child"})
+# Calls on run's step parameter that return an awaitable in async def run (step.continue_as_new raises).
+AWAITED_METHODS = frozenset({"do", "sleep", "sleep_until", "wait_for_event", "all", "rollback_all", "child",
+                             "continue_as_new"})
 # Calls on it that declare a step function (return a decorator): never awaited.
 DECLARING_METHODS = frozenset({"do", "with_rollback"})
 # Calls on it that answer at once, in async def run too: left as they are.

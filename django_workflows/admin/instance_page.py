@@ -19,6 +19,7 @@ from django_workflows.definition import registry
 from django_workflows.describe import (
     describe_children,
     describe_event,
+    describe_family,
     describe_parent,
     describe_retention,
     describe_step,
@@ -155,7 +156,19 @@ class InstancePage(PageMixin):
             "retention": self._retention(instance),
             "parent": self._linked(describe_parent(instance)),
             "children": [self._linked(child) for child in describe_children(instance)],
+            "timeout": format_duration(instance.timeout) if instance.timeout is not None else "",
+            "family": self._family(instance),
         }
+
+    @staticmethod
+    def _family(instance: Instance) -> dict[str, dict[str, str | None]]:
+        """The instances before and after it in its family (step.continue_as_new), each with its id and the
+        URL of its page (None if retention deleted it); empty for an instance of no family."""
+        ids = describe_family(instance)
+        return {link: {"id": ids[link], "url": reverse("admin:django_workflows_instance_change", args=[pk])
+                       if ids[link] else None}
+                for link, pk in (("predecessor", instance.predecessor_id), ("successor", instance.successor_id))
+                if pk is not None}
 
     @staticmethod
     def _linked(described: dict | None) -> dict | None:

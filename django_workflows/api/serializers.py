@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from django_workflows.api.duration_fields import RetentionDurationField, TimeoutField
 from django_workflows.counts import EXACT_UP_TO
 from django_workflows.durations import milliseconds
-from django_workflows.errors import InvalidParams
-from django_workflows.instances import MAX_BATCH, MAX_RETENTION, parse_retention_duration
+from django_workflows.instances import MAX_BATCH
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.validation import MAX_INSTANCE_ID, MAX_STEP_NAME
 
@@ -45,23 +45,6 @@ class RejectUnknownFields(_Serializer):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"oneOf": [{"type": "number", "minimum": 0, "maximum": MAX_RETENTION.days * 86_400_000},
-                               {"type": "string", "example": "3 days"}]})
-class RetentionDurationField(serializers.Field):
-    """How long an instance is kept: milliseconds, or "N unit(s)" ("3 days"), at most 365 days."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, (int, float, str)):
-            raise serializers.ValidationError(
-                f"Expected milliseconds or a string such as '3 days', got {type(data).__name__}.",
-                code="invalid")
-        try:
-            parse_retention_duration(self.field_name, data)
-        except InvalidParams as exc:
-            raise serializers.ValidationError(str(exc), code="invalid") from None
-        return data
-
-
 class RetentionInputSerializer(RejectUnknownFields, serializers.Serializer):
     success = RetentionDurationField(required=False, allow_null=True,
                                      help_text="How long a complete instance is kept; left out or null: "
@@ -87,6 +70,10 @@ class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
         required=False, allow_null=True, max_length=400, trim_whitespace=False,
         help_text="The row it is about, as app_label.model:pk (shop.order:42): read when the instance is "
                   "created, so a row that does not exist is a 400 invalid_subject and nothing is created.")
+    timeout = TimeoutField(
+        required=False, allow_null=True,
+        help_text="Its deadline instead of the workflow's timeout, measured from now: past it, it ends errored "
+                  "with WorkflowTimeoutError. Left out or null: the workflow's timeout, if it has one.")
 
 
 class BatchSerializer(serializers.ListSerializer):
@@ -309,6 +296,14 @@ class InstanceSerializer(InstanceSummarySerializer):
                                                                "RETENTION_DAYS setting.")
     parent = ParentSerializer(allow_null=True, help_text="The instance whose step.child() started this one; "
                                                          "null if none did.")
+    timeout = MillisecondsField(allow_null=True, help_text="Milliseconds it may take, fixed when it was "
+                                                          "created; null: no deadline.")
+    deadline = MomentField(allow_null=True, help_text="When it ends errored with WorkflowTimeoutError if it has "
+                                                      "not ended: its creation (or last restart) plus its timeout.")
+    predecessor = serializers.CharField(allow_null=True, help_text="The id of the instance that continued as new "
+                                                                   "as this one (step.continue_as_new); null if none.")
+    successor = serializers.CharField(allow_null=True, help_text="The id of the instance this one continued as "
+                                                                 "new as; null if it did not.")
     children = ChildSerializer(many=True, help_text="The instances its step.child() calls started (the "
                                                     "first 100), oldest first.")
     cpu_ms = serializers.FloatField(

@@ -30,7 +30,7 @@ from django_workflows.errors import InstanceFinished, InstanceNotFound, Workflow
 from django_workflows.instances import InstanceHandle, WorkflowHandle
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import MAX_VERSION
-from django_workflows.validation import validate_instance_id
+from django_workflows.validation import validate_existing_instance_id
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "Invalid input (id, event type, params, retention, JSON).",
@@ -83,7 +83,7 @@ class WorkflowAPIView(APIAccess, APIView):
         """The instance row, if the user may ``action`` it (``access``) and the API's permission classes
         let them have it (``has_object_permission``); else the 404 of a missing instance, whichever it was,
         so that the answer tells nothing of instances the user may not see."""
-        validate_instance_id(instance_id)
+        validate_existing_instance_id(instance_id)
         self.workflow(name)
         rows = access.scope(Instance.objects.for_workflow(name), self.acting_user(), action)
         missing = InstanceNotFound(f"Workflow {name!r} has no instance with id {instance_id!r}.",
@@ -235,7 +235,8 @@ class InstanceListView(WorkflowAPIView):
                                     params=serializer.validated_data.get("params"),
                                     retention=serializer.validated_data.get("retention"),
                                     subject=subject_row(serializer.validated_data),
-                                    tags=serializer.validated_data.get("tags"))
+                                    tags=serializer.validated_data.get("tags"),
+                                    timeout=serializer.validated_data.get("timeout"))
             self.created_visible([created])
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
                         status=http.HTTP_201_CREATED)
@@ -253,7 +254,7 @@ class InstanceBatchView(WorkflowAPIView):
         with transaction.atomic():
             created = handle.create_batch([
                 {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention"),
-                 "subject": subject_row(item), "tags": item.get("tags")}
+                 "subject": subject_row(item), "tags": item.get("tags"), "timeout": item.get("timeout")}
                 for item in serializer.validated_data
             ])
             self.created_visible(created)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django_workflows import clock
+from django_workflows import clock, deadlines
 from django_workflows.conf import workflow_settings
 from django_workflows.control_flow import Suspend
 from django_workflows.definition import StepContext, registry
@@ -41,6 +41,7 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind
+from django_workflows.options import WorkflowOptions
 from django_workflows.serialization import NotJournalable, dump, revive
 from django_workflows.engine.step_host import StepHost
 from django_workflows.store import children as store
@@ -118,13 +119,15 @@ class ChildSteps:
 
         def create(ctx: StepContext) -> dict[str, Any]:
             # Not registered in this process (a rolling deploy, a misspelt name): retried, then raised.
-            registry.get(workflow)
+            # Its class's timeout gives it a deadline of its own, as create() would.
+            timeout = WorkflowOptions.of(registry.get(workflow)).timeout
             key = f"{ctx.step.name}-{ctx.step.count}"
             child_id = instance_id or child_instance_id(parent.workflow_name, parent.instance_id, key)
             now = clock.now()
             child = Instance(workflow_name=workflow, instance_id=child_id, params=params,
                              status=InstanceStatus.QUEUED, created_at=now, updated_at=now, parent_id=parent.pk,
-                             parent_step=key, on_parent_end=on_parent_end)
+                             parent_step=key, on_parent_end=on_parent_end, timeout=timeout,
+                             deadline=deadlines.deadline_after(now, timeout))
             pk = writer.insert_child(child)
             if pk is None:
                 raise ChildIdTaken(f"step.child({name!r}): workflow {workflow!r} already has an instance with id "

@@ -19,19 +19,20 @@ from typing import Any, NoReturn, TypeVar
 
 from django.db import DatabaseError
 
-from django_workflows import clock, lifecycle, telemetry
+from django_workflows import clock, deadlines, lifecycle, telemetry
 
 from django_workflows.engine import async_run
 from django_workflows.engine.child_steps import ChildSteps
 from django_workflows.engine.concurrent_steps import ConcurrentSteps
 from django_workflows.conf import workflow_settings
-from django_workflows.control_flow import Fenced, StoreError, Suspend, Terminating
+from django_workflows.control_flow import ContinueAsNew, Fenced, StoreError, Suspend, Terminating
 from django_workflows.definition import WorkflowEvent, registry
 from django_workflows.engine.do_steps import DoSteps
 from django_workflows.error_journal import USER_FAILURES
 from django_workflows.errors import (
     CpuTimeLimitExceeded,
     InstanceTerminated,
+    InvalidParams,
     InvalidStepInput,
     NonDeterminismError,
     PoisonInstance,
@@ -50,7 +51,7 @@ from django_workflows.engine.replay_endings import Endings
 from django_workflows.engine.replay_outcome import Ending, Outcome, decide
 from django_workflows.engine.rollbacks import UndoSteps
 from django_workflows.engine.tag_steps import TagSteps
-from django_workflows.serialization import revive
+from django_workflows.serialization import NotJournalable, dump, revive
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.engine.step_host import Attempt
@@ -142,6 +143,13 @@ class Replay:
         # The suspension a step asked for: a bare ``except:`` in run() may swallow it, but every later
         # step raises it again, and the replay suspends as asked whatever run() does next.
         self.suspended: Suspend | None = None
+        # step.continue_as_new's continuation, raised again by every later step call as a suspension is.
+        self.continued: ContinueAsNew | None = None
+        # Past the instance's deadline: run() is stopped at the first step the journal has not finished
+        # (as by terminate(rollback=True)), and the instance errors once the undos of what ran have run.
+        # The key of the step it was stopped at, for the error's message.
+        self.past_deadline = False
+        self.stopped_at = ""
         # How deep in atomic blocks the journal's connection was when run() began: a step called
         # deeper sits in a transaction run() opened, which a suspension would roll back.
         self.atomic_depth = 0
@@ -201,6 +209,7 @@ class Replay:
         # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
         # too), and journal rows are only written under a lease: there is nothing to load.
         self.load_journal(load(instance.pk) if instance.epoch > 1 else {})
+        self.check_deadline()
         self.report.started(instance.epoch, bool(self.cursor.journal))
         raised: BaseException | None = None
         output = None
@@ -217,10 +226,11 @@ class Replay:
                 output = async_run.drive(self, workflow.run, event)
             else:
                 output = workflow.run(event, WorkflowStep(self))
-        except (Terminating, Suspend, *USER_FAILURES) as exc:
+        except (Terminating, Suspend, ContinueAsNew, *USER_FAILURES) as exc:
             raised = exc
         return self.end(decide(raised, output, fatal=self.fatal, suspended=self.suspended,
-                               terminating=self.undos.terminating, undos_remembered=bool(self.undos.pending)))
+                               terminating=self.undos.terminating, undos_remembered=bool(self.undos.pending),
+                               continued=self.continued))
 
     def end(self, outcome: Outcome) -> str:
         """End the replay as ``outcome`` says; return the status it left."""
@@ -230,7 +240,9 @@ class Replay:
         if ending is Ending.SUSPEND:
             return endings.suspend(outcome.value)
         if ending is Ending.TERMINATE:
-            return self.terminate_rolling_back()
+            return self.time_out() if self.past_deadline else self.terminate_rolling_back()
+        if ending is Ending.CONTINUE:
+            return endings.continue_as_new(outcome.value)
         if ending is Ending.ROLL_BACK:
             return self.roll_back(outcome.value, outcome.traceback)
         return endings.errored(outcome.value, outcome.traceback)
@@ -245,6 +257,40 @@ class Replay:
         """terminate(rollback=True): run the undos of the steps run() reached, then end terminated."""
         stop = InstanceTerminated(f"Instance {self.instance} was terminated with rollback.")
         return self._after_undos(stop, lambda outcome: self.endings.terminated(stop, outcome))
+
+    def time_out(self) -> str:
+        """Past its deadline: run the undos of the steps run() reached, if any declared one, then error
+        the instance with ``WorkflowTimeoutError`` (and the rollback's outcome, if undos ran)."""
+        instance = self.instance
+        error = deadlines.timeout_error(str(instance), instance.timeout, instance.deadline, self.stopped_at)
+        if not self.undos.pending:
+            return self.endings.errored(error, "")
+        return self._after_undos(error, lambda outcome: self.endings.errored(error, "", rollback=outcome))
+
+    def check_deadline(self) -> None:
+        """Stop run() at its next unfinished step if the instance's deadline has passed: at the start of
+        the replay, and at every step call, so a replay running when it passes stops too. Not while it is
+        being stopped already (terminated with rollback, or its undos running)."""
+        if (self.instance.deadline is not None and not self.undos.terminating
+                and deadlines.passed(self.instance.deadline, clock.now())):
+            self.past_deadline = self.undos.terminating = True
+
+    def continue_as_new(self, params: Any) -> NoReturn:
+        """``step.continue_as_new(params)``: unwind run(); the replay ends the instance and starts its
+        successor with ``params``."""
+        self.check_step_call("continue_as_new")
+        if self.instance.parent_id is not None:
+            raise InvalidStepInput(
+                f"Instance {self.instance} is a child workflow (step.child), and a child cannot continue as new: "
+                "its parent waits for this instance's own end. Return from run() instead, and have the parent "
+                "start the next child.")
+        try:
+            _, stored = dump(params, workflow_settings.MAX_PARAMS_SIZE)
+        except NotJournalable as exc:
+            raise InvalidParams(f"step.continue_as_new(): the params {exc}",
+                                too_large=exc.too_large) from None
+        self.continued = ContinueAsNew(stored)
+        raise self.continued
 
     def _after_undos(self, error: BaseException, then: Callable[[dict[str, Any]], str]) -> str:
         """Run the undos (their handlers receive ``error``), then end as ``then`` does with their outcome;
@@ -267,6 +313,8 @@ class Replay:
             raise self.writer.fence()
         if self.suspended is not None:
             raise self.suspended
+        if self.continued is not None:
+            raise self.continued
         try:
             return method(*args, **kwargs)
         except Suspend as suspension:
@@ -281,6 +329,7 @@ class Replay:
         exceeded = self.cpu_time_exceeded(key)
         if exceeded is not None:
             self.fail_fatally(exceeded)
+        self.check_deadline()
         return key
 
     def check_step_call(self, name: str) -> None:
@@ -315,6 +364,7 @@ class Replay:
             self.fail_fatally(exc)
         if self.undos.stops_at(entry):
             # Stopped before anything new runs, sleeps or waits: the undos of what ran come next.
+            self.stopped_at = key
             raise Terminating()
         return entry
 

@@ -1,6 +1,6 @@
 """How a replay gives its instance's lease back: one statement, fenced by the epoch, that writes what
-the replay came to (completed, errored, terminated, waiting, paused, or abandoned after a failed
-statement of the engine's own), the instance's costs, and, for a child that ends, the end its parent
+the replay came to (completed, errored, terminated, waiting, paused, continued as new, or abandoned
+after a failed statement of the engine's own), the instance's costs, and, for a child that ends, the end its parent
 receives, in the same transaction (``children.end_payload``).
 
 A release that finds the lease no longer ours (terminated, restarted or taken over meanwhile) raises
@@ -16,16 +16,17 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_workflows import clock, large_values, lifecycle
-from django_workflows.control_flow import Fenced, StoreError, Suspend
+from django_workflows import clock, deadlines, families, large_values, lifecycle, signals
+from django_workflows.control_flow import ContinueAsNew, Fenced, StoreError, Suspend
 from django_workflows.definition import registry
 from django_workflows.error_journal import describe_error, instance_error
-from django_workflows.errors import StepResultError
+from django_workflows.errors import InstanceAlreadyExists, StepResultError
 from django_workflows.executors import enqueue
-from django_workflows.models import InstanceStatus
+from django_workflows.models import Instance, InstanceStatus
 from django_workflows.engine.replay_costs import ReplayCosts
+from django_workflows.options import WorkflowOptions
 from django_workflows.serialization import NotJournalable, encode, storable_text
-from django_workflows.store import children, leases, retention
+from django_workflows.store import children, leases, retention, successors
 from django_workflows.store.journal import WAITING_UNLESS_PAUSE_ASKED, JournalWriter, encoded
 
 # After a StoreError: when the wake-up loop replays the instance again, and the pauses between the
@@ -89,6 +90,37 @@ class Endings:
         self._end(InstanceStatus.COMPLETE, end_output=json.loads(text) if self.instance.parent_id else None,
                   output=encoded(large_values.offload(text, self.instance.pk)), current_step="")
         self.report.completed(output)
+        return InstanceStatus.COMPLETE
+
+    def continue_as_new(self, continuation: ContinueAsNew) -> str:
+        """End the instance ``complete`` (its output None) and start its successor with the continuation's
+        params, in one transaction (``store.successors``): the next id of its family, the same workflow,
+        subject, tags, retention and timeout (its deadline measured from now), the version of the code
+        deployed now, and an empty journal."""
+        instance = self.instance
+        now = clock.now()
+        successor = Instance(
+            workflow_name=instance.workflow_name, instance_id=families.successor_id(instance.instance_id),
+            params=continuation.params, status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
+            success_retention=instance.success_retention, error_retention=instance.error_retention,
+            version=WorkflowOptions.of(registry.get(instance.workflow_name)).version, timeout=instance.timeout,
+            deadline=deadlines.deadline_after(now, instance.timeout), predecessor_id=instance.pk)
+        if successors.id_taken(instance.workflow_name, successor.instance_id):
+            return self.errored(InstanceAlreadyExists(
+                f"Instance {instance} could not continue as new: workflow {instance.workflow_name!r} already has "
+                f"an instance with id {successor.instance_id!r}, the id of its successor.",
+                workflow=instance.workflow_name, instance_id=successor.instance_id), "")
+        self.released = time.time()
+        ended_at = clock.now()
+        purge_at = retention.own_purge_at(InstanceStatus.COMPLETE, ended_at, instance.success_retention,
+                                          instance.error_retention)
+        successors.continue_as_new(self.writer, successor, ended_at, self.costs.costs(),
+                                   status=InstanceStatus.COMPLETE, ended_at=ended_at, wake_at=None,
+                                   waiting_for=None, purge_at=purge_at, output=None, current_step="")
+        self.report.completed(None)
+        lifecycle.announce(signals.instance_created, successor.pk, successor.instance_id, successor.workflow_name,
+                           lifecycle.DEBUG, "created, continuing %s", instance.instance_id,
+                           using=self.report.alias)
         return InstanceStatus.COMPLETE
 
     def abandon(self, error: StoreError | None = None) -> str:
@@ -156,18 +188,23 @@ class Endings:
 
     def suspend(self, suspension: Suspend) -> str:
         key = suspension.step_key
+        # Woken by its deadline if that comes first; once it has passed (the undos of an instance past it
+        # waiting out a retry's delay), by its own wake time alone, not at once again and again.
+        deadline = self.instance.deadline
+        wake_at = suspension.wake_at if deadlines.passed(deadline, clock.now()) else deadlines.earliest(
+            suspension.wake_at, deadline)
         if suspension.pause:
             self._release(status=InstanceStatus.PAUSED, current_step=key)
             self.report.paused(key)
             return InstanceStatus.PAUSED
         if not suspension.waiting_for:
             # Paused instead if a pause was asked meanwhile: the release says which.
-            status = self._release(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=suspension.wake_at,
+            status = self._release(status=WAITING_UNLESS_PAUSE_ASKED, wake_at=wake_at,
                                    waiting_for=None, current_step=key)
         else:
             self.released = time.time()
             waited = self.writer.release_to_wait_for_events(clock.now(), suspension.waiting_for, self.costs.costs(),
-                                                            wake_at=suspension.wake_at, current_step=key)
+                                                            wake_at=wake_at, current_step=key)
             if waited is None:
                 raise Fenced()
             status = waited

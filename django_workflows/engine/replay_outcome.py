@@ -1,14 +1,16 @@
 """How a replay ends, decided from how ``run()`` ended and what the replay noted meanwhile.
 
-``run()`` returns or raises, and the steps it called may have noted three things it cannot undo by
+``run()`` returns or raises, and the steps it called may have noted four things it cannot undo by
 catching: a fatal error (``NonDeterminismError``, a limit: the instance errors), a suspension (a step
-must wait: a bare ``except:`` may have swallowed it, yet the instance waits), and a stop
-(``terminate(rollback=True)``). The rules, in the order they apply:
+must wait: a bare ``except:`` may have swallowed it, yet the instance waits), a stop
+(``terminate(rollback=True)``, or the instance's deadline passed), and a continuation
+(``step.continue_as_new``). The rules, in the order they apply:
 
 - a fatal error ends the instance errored, whatever run() did;
 - a suspension run() swallowed wins over what it did after (returned, or failed in a hand-written retry
   loop giving up): the step it swallowed has not failed, it waits;
-- a stop asked for ends it terminated (after the undos of what ran);
+- a stop asked for ends it terminated, or errored past its deadline (after the undos of what ran);
+- a continuation, even one run() swallowed, ends it and starts its successor;
 - a failure of run() with undos remembered rolls back, then errors; without, errors;
 - otherwise run() completed with what it returned.
 
@@ -22,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from django_workflows.control_flow import Suspend, Terminating
+from django_workflows.control_flow import ContinueAsNew, Suspend, Terminating
 
 
 class Ending(enum.Enum):
@@ -35,13 +37,17 @@ class Ending(enum.Enum):
     ROLL_BACK = "roll back"
     """run() failed after steps with undos succeeded: the undos run, then the instance errors."""
     TERMINATE = "terminate"
-    """Terminated with rollback: the undos of the steps run() reached run, then it ends terminated."""
+    """Terminated with rollback, or past its deadline: the undos of the steps run() reached run, then it
+    ends terminated (or errored with ``WorkflowTimeoutError``)."""
+    CONTINUE = "continue as new"
+    """``step.continue_as_new``: the instance ends and its successor starts."""
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What the replay does as it ends: ``ending``, with the output (COMPLETE), the suspension
-    (SUSPEND), or the error (ERROR, ROLL_BACK) as ``value``, and the failure's traceback."""
+    (SUSPEND), the error (ERROR, ROLL_BACK) or the ``ContinueAsNew`` (CONTINUE) as ``value``, and the
+    failure's traceback."""
 
     ending: Ending
     value: Any = None
@@ -49,13 +55,17 @@ class Outcome:
 
 
 def decide(raised: BaseException | None, output: Any, *, fatal: BaseException | None,
-           suspended: Suspend | None, terminating: bool, undos_remembered: bool) -> Outcome:
-    """The outcome of a replay whose ``run()`` raised ``raised`` (a ``Terminating``, a ``Suspend`` or a
-    failure of its own), or returned ``output`` (``raised`` None)."""
+           suspended: Suspend | None, terminating: bool, undos_remembered: bool,
+           continued: ContinueAsNew | None = None) -> Outcome:
+    """The outcome of a replay whose ``run()`` raised ``raised`` (a ``Terminating``, a ``Suspend``, a
+    ``ContinueAsNew`` or a failure of its own), or returned ``output`` (``raised`` None); ``continued``,
+    the continuation a step call raised, if any (run() may have swallowed it)."""
     if isinstance(raised, Terminating):
         return Outcome(Ending.TERMINATE)
     if isinstance(raised, Suspend):
         return Outcome(Ending.ERROR, fatal) if fatal is not None else Outcome(Ending.SUSPEND, raised)
+    if fatal is None and not terminating and continued is not None:
+        return Outcome(Ending.CONTINUE, continued)
     if raised is not None:
         if fatal is None and suspended is not None:
             return Outcome(Ending.SUSPEND, suspended)

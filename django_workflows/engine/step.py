@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 from django_workflows.engine import child_steps, result_types
 from django_workflows.engine.child_steps import ChildSteps
@@ -45,6 +45,8 @@ class ReplaySteps(Protocol):
         """The error that ends the instance whatever run() does with it, once one was raised."""
 
     def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    def continue_as_new(self, params: Any) -> NoReturn: ...
 
 
 class WorkflowStep:
@@ -169,6 +171,17 @@ class WorkflowStep:
         other tags are kept. Journaled, so every replay sets the same; not a step, and not awaited in
         ``async def run``. See ``django_workflows.engine.tag_steps``."""
         self._replay.call(self._replay.tags.set_tags, {**(tags or {}), **more})
+
+    def continue_as_new(self, params: Any = None) -> NoReturn:
+        """End this instance and start its successor with ``params``: the same workflow, subject, tags,
+        retention and timeout, the next id of its family (``order-7``, then ``order-7~2``...), linked both
+        ways, with an empty journal. Both happen in one transaction, once run() has unwound (this call
+        does not return; ``await`` it or not in ``async def run``). The instance ends ``complete``,
+        output None, its ``successor`` set. For a workflow that loops for ever: each member of the family
+        replays only its own journal, and none reaches the step limit. A child workflow cannot continue
+        as new (``InvalidStepInput``); params that cannot be journaled raise ``InvalidParams``. See
+        ``docs/how-to/deadlines-and-continue-as-new.md``."""
+        self._replay.call(self._replay.continue_as_new, params)
 
     step_function_class = StepFunction
 

@@ -30,7 +30,8 @@ __all__ = ["Claim", "Lease", "keeper", "holder", "take", "hand_on", "with_queued
 
 
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count",
-                    "terminating", "success_retention", "error_retention", "parent_id", "started_at")
+                    "terminating", "success_retention", "error_retention", "parent_id", "started_at", "timeout",
+                    "deadline")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class Claim:
     # When the instance first started: the moment of this claim if this is its first (the rate limit
     # counts starts by it).
     started_at: datetime | None = None
+    # The instance's own timeout and the deadline it came to (``django_workflows.deadlines``); None: none.
+    timeout: timedelta | None = None
+    deadline: datetime | None = None
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"

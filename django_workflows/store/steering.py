@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import F, QuerySet
+from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet, Value
 
 from django_workflows.control_flow import Fenced
 from django_workflows.error_journal import describe_error
@@ -114,6 +114,13 @@ def insert_batch(workflow_name: str, instances: list[Instance],
     return rows, [instance.instance_id for instance in new]
 
 
+def successor_of(pk: int) -> tuple[str, str] | None:
+    """The workflow and id of the instance that ``pk`` continued as new as, or None."""
+    row = Instance.objects.filter(pk__in=_rows(pk).values("successor_id")).values_list("workflow_name", "instance_id")
+    found: tuple[str, str] | None = row.first()
+    return found
+
+
 def status_of(pk: int) -> str | None:
     status: str | None = _rows(pk).values_list("status", flat=True).first()
     return status
@@ -208,8 +215,11 @@ def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
 
     From the top, its journal and consumed events go, events not yet consumed stay. From a step, the
     journal before that step stays (in journal order: the order run() first reached its steps), and
-    that step, every later one and the events they consumed go. False if the instance no longer exists,
-    None if it has no step ``from_key``; either way nothing changed."""
+    that step, every later one and the events they consumed go. Either way an instance with a timeout
+    has it again in full, from now: its deadline is measured from the restart.
+
+    False if the instance no longer exists or continued as new (its successor carries the family on, and
+    the family's history stays as it ran); None if it has no step ``from_key``; either way nothing changed."""
     with transaction.atomic(using=_alias()):
         journal = Step.objects.filter(instance_id=pk)
         if from_key is not None:
@@ -219,10 +229,14 @@ def restart(pk: int, now: datetime, from_key: str | None = None) -> bool | None:
             journal = journal.filter(id__gte=first)
         # From a step, the instance has started already, and keeps when it did.
         kept_start = {} if from_key is not None else {"started_at": None}
-        updated = _rows(pk).update(
+        updated = _rows(pk).filter(successor__isnull=True).update(
             status=InstanceStatus.QUEUED, epoch=F("epoch") + 1, lease_owner="", lease_expires_at=None,
             wake_at=None, waiting_for=None, waiting_reason=None, current_step="", output=None, error=None,
-            traceback="", ended_at=None, purge_at=None, updated_at=now, terminating=False, **kept_start,
+            traceback="", ended_at=None, purge_at=None, updated_at=now, terminating=False,
+            # NULL for an instance without a timeout, as the sum of anything with NULL is.
+            deadline=ExpressionWrapper(Value(now, output_field=DateTimeField()) + F("timeout"),
+                                       output_field=DateTimeField()),
+            **kept_start,
         )
         if not updated:
             return False

@@ -17,6 +17,8 @@ from tests.flavours import FLAVOURS, in_flavour
 ENGINE_SUITE = frozenset({
     "test_bounds",
     "test_concurrent_steps",
+    "test_continue_as_new",
+    "test_deadlines",
     "test_do",
     "test_guards",
     "test_idempotency",

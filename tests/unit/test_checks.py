@@ -1,6 +1,7 @@
 """One test per system check id, and one through manage.py check."""
 
 import ast
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from django.test import override_settings
 
 from django_workflows import WorkflowEntrypoint, checks
 from django_workflows.definition import registry
+from django_workflows.options import WorkflowOptions
 
 
 def ids(messages):
@@ -77,6 +79,30 @@ def test_e018_step_limit_of_a_workflow(limit):
     cls = type("TooMany", (WorkflowEntrypoint,), {"step_limit": limit, "run": lambda self, e, s: None})
     try:
         assert ids(checks.check_workflows()) == ["django_workflows.E018"]
+    finally:
+        registry.unregister(cls)
+
+
+@pytest.mark.parametrize("timeout", [0, "soon", "4000 days", True, [7], -1000])
+def test_e037_timeout_of_a_workflow(timeout):
+    cls = type("Hasty", (WorkflowEntrypoint,), {"timeout": timeout, "run": lambda self, e, s: None})
+    try:
+        [message] = checks.check_workflows()
+        assert message.id == "django_workflows.E037" and "Hasty.timeout" in message.msg
+        assert "no deadline" in message.msg and "7 days" in message.hint
+        # Left out, as if not declared: its instances get no deadline.
+        assert WorkflowOptions.of(cls).timeout is None
+    finally:
+        registry.unregister(cls)
+
+
+@pytest.mark.parametrize("timeout, expected", [("7 days", timedelta(days=7)), (3_600_000, timedelta(hours=1)),
+                                               (timedelta(minutes=5), timedelta(minutes=5))])
+def test_e037_accepts_any_duration_up_to_ten_years(timeout, expected):
+    cls = type("Patient", (WorkflowEntrypoint,), {"timeout": timeout, "run": lambda self, e, s: None})
+    try:
+        assert checks.check_workflows() == []
+        assert WorkflowOptions.of(cls).timeout == expected
     finally:
         registry.unregister(cls)
 

@@ -69,6 +69,9 @@ class Command(BaseCommand):
                              default=[], help="A tag of the instance (tenant=acme); repeat for more.")
         trigger.add_argument("--subject", metavar="APP.MODEL:PK", default=None,
                              help="The row the instance is about (shop.order:42), which must exist.")
+        trigger.add_argument("--timeout", metavar="DURATION", type=cli.duration_argument, default=None,
+                             help="Its deadline instead of the workflow's timeout: milliseconds or 'N unit(s)' "
+                                  "('7 days'); past it, it ends errored with WorkflowTimeoutError.")
         for outcome, ended in (("success", "complete"), ("error", "errored or terminated")):
             trigger.add_argument(f"--retention-{outcome}", metavar="DURATION", type=cli.duration_argument,
                                  default=None,
@@ -177,7 +180,7 @@ class Command(BaseCommand):
         subject = None if options["subject"] is None else subjects.load(options["subject"])
         handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"],
                                                        retention=retention or None, subject=subject,
-                                                       tags=dict(options["tags"]))
+                                                       tags=dict(options["tags"]), timeout=options["timeout"])
         self.show(describe_instance(cli.instance_row(handle)), handle.id)
 
     def schedules(self, options):

@@ -26,6 +26,7 @@ ENGINE_SUITE = frozenset({
     "test_sdk_forms",
     "test_sleep_and_events",
     "test_typed_values",
+    "test_progress",
     "test_store_errors",
     "test_user_code",
 })

@@ -151,3 +151,20 @@ def test_under_asgi_the_stream_waits_in_the_event_loop(transactional_db, setting
     events = parse(async_to_sync(stream)())
     assert [(kind, data.get("value", data.get("status"))) for kind, data, _ in events] == [
         ("progress", {"done": 1, "total": 1}), ("status", "complete")]
+
+
+def test_the_admin_instance_page_shows_the_latest_progress_and_each_marker(workflows_env, admin_client):
+    instance = workflows.get("reporting").create(id="r1", params={"parts": 4, "wait": True})
+    workflows_env.run_until_idle()
+    page = admin_client.get(f"/admin/django_workflows/instance/{instance.pk}/change/").content.decode()
+    assert '<div class="dw-progress-fact"><dt>Progress</dt>' in page
+    assert '<progress value="0.25" max="1">25%</progress>' in page
+    assert "<code>{&quot;done&quot;: 1, &quot;total&quot;: 4}</code>" in page
+    assert "<code>progress(1)</code> reported progress" in page and "<code>progress(2)</code> reported progress" in page
+
+
+def test_the_admin_instance_page_of_an_instance_without_progress_says_nothing_of_it(workflows_env, admin_client):
+    instance = workflows.get("approval").create(id="a1")
+    workflows_env.run_until_idle()
+    page = admin_client.get(f"/admin/django_workflows/instance/{instance.pk}/change/").content.decode()
+    assert "dw-progress-fact" not in page and "reported progress" not in page

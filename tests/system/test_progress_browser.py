@@ -59,17 +59,18 @@ def test_a_page_follows_an_instances_progress_until_it_ends(live_server, chromiu
             sender = threading.Thread(target=go)
             sender.start()
             sender.join()
-            page.wait_for_function("window.received.length >= 4", timeout=15_000)
+            page.wait_for_function("window.source.readyState === 2", timeout=15_000)  # closed on the end
             received = page.evaluate("window.received")
-            state = page.evaluate("window.source.readyState")
         finally:
             browser.close()
     assert [(kind, data.get("value", data.get("status"))) for kind, data, _ in first] == [
         ("progress", {"done": 1, "total": 2}), ("status", "waiting")]
-    assert [(kind, data.get("value", data.get("status"))) for kind, data, _ in received] == [
+    # The replay may be seen running in between (on PostgreSQL its progress wakes the stream at once).
+    shown = [(kind, data.get("value", data.get("status"))) for kind, data, _ in received]
+    assert [item for item in shown if item not in (("status", "queued"), ("status", "running"))] == [
         ("progress", {"done": 1, "total": 2}), ("status", "waiting"),
         ("progress", {"done": 2, "total": 2}), ("status", "complete")]
-    assert received[3][1]["output"] == {"parts": 2}
-    assert int(received[2][2]) > int(received[0][2])  # each progress event carries its journal id
-    assert state == 2  # EventSource.CLOSED
+    assert received[-1][1]["output"] == {"parts": 2}
+    progress_ids = [int(event_id) for kind, _, event_id in received if kind == "progress"]
+    assert progress_ids == sorted(progress_ids) and len(set(progress_ids)) == 2  # each its journal row's id
     assert instance.status()["status"] == "complete"

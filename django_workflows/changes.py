@@ -39,6 +39,8 @@ QUEUE_CHANNEL = "django_workflows_queue"
 """Notified when a task is added to django-q2's ORM queue (``django_q_ormq``)."""
 WAKE_CHANNEL = "django_workflows_wake"
 """Notified when an instance starts waiting with a wake time."""
+INSTANCE_CHANNEL = "django_workflows_instance"
+"""Notified with an instance's primary key when it ends or reports progress (migration 0022)."""
 
 STAT_INTERVAL = 0.05
 """Seconds between two looks at SQLite's files: a stat() is a few microseconds."""

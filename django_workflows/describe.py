@@ -21,6 +21,7 @@ from django_workflows.error_journal import rollback_of
 from django_workflows.models import MARKER_KINDS, Event, Instance, InstanceStatus, Step, StepKind
 from django_workflows.options import WorkflowOptions
 from django_workflows.store import leases, listing
+from django_workflows.store import progress as instance_progress
 from django_workflows.store import tags as instance_tags
 
 
@@ -230,6 +231,12 @@ def describe_retention(instance: Instance) -> dict | None:
             "purge_at": instance.purge_at}
 
 
+def describe_progress(instance_pk: int) -> dict | None:
+    """The latest ``step.progress`` of the instance, ``{value, at}`` (the value as journaled), or None."""
+    latest = instance_progress.latest(instance_pk)
+    return None if latest is None else {"value": latest.value, "at": latest.at}
+
+
 DETAIL_PAGE_SIZE = 100
 CHILDREN_SHOWN = 100
 
@@ -266,7 +273,8 @@ def describe_children(instance: Instance, limit: int = CHILDREN_SHOWN) -> list[d
 def describe_instance(instance: Instance, steps_page: int = 1, events_page: int = 1,
                       per_page: int = DETAIL_PAGE_SIZE) -> dict:
     """Everything about one instance: status, params, output, error, and a page of its steps and of its
-    inbox (``per_page`` each), and its tags (6 queries): an instance may hold 25,000 steps and 1,000 unconsumed events."""
+    inbox (``per_page`` each), its tags and its latest progress (7 queries): an instance may hold 25,000 steps and
+    1,000 unconsumed events."""
     step_rows = Step.objects.filter(instance_id=instance.pk)
     event_rows = Event.objects.filter(instance_id=instance.pk)
     counts = {"steps": step_rows.count(), "events": event_rows.count()}
@@ -284,6 +292,7 @@ def describe_instance(instance: Instance, steps_page: int = 1, events_page: int 
         "error": instance.error,
         "rollback": rollback_of(instance.error),
         "retention": describe_retention(instance),
+        "progress": describe_progress(instance.pk),
         "parent": describe_parent(instance),
         "children": describe_children(instance),
         "timeout": instance.timeout,

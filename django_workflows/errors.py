@@ -153,9 +153,23 @@ class InvalidTransition(WorkflowError):
     code, http_status = "transition_not_allowed", 409
 
 
-class InstanceTerminated(WorkflowError):
+class InstanceFailed(WorkflowError):
+    """``result()`` of an instance that ended without completing: ``error`` is the instance's own
+    (``{name, message}``, as ``status()`` gives it; None for a terminate that recorded none)."""
+
+
+class InstanceErrored(InstanceFailed):
+    """``result()`` of an instance that ended ``errored``."""
+
+
+class InstanceTerminated(InstanceFailed):
     """What the undos of ``terminate(rollback=True)`` receive as ``error``, and the terminated instance's
-    error records, with its rollback's outcome."""
+    error records, with its rollback's outcome; and ``result()`` of a terminated instance."""
+
+
+class ResultTimeout(WorkflowError, TimeoutError):
+    """``result(timeout=...)`` waited that long and the instance had not ended; ``status`` is where it
+    stood. Nothing changed: wait again, or steer it."""
 
 
 class StepNotFound(WorkflowError, LookupError):

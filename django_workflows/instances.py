@@ -3,6 +3,10 @@
     from django_workflows import workflows
     instance = workflows.get("payment-approval").create(params={"amount": 120})
     instance.send_event(type="manager-approval", payload={"outcome": "approved"})
+    output = instance.result(timeout=60)
+
+Each method that touches the database has an async twin (``acreate``, ``astatus``, ``asend_event``,
+``aresult``...): ``django_workflows.async_client``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from django.db import IntegrityError, router
 
 from django_workflows import clock, deadlines, declared_events, lifecycle, sending, signals, subjects
+from django_workflows.async_client import AsyncInstanceMethods, AsyncWorkflowMethods
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.engine.stored_values import read_back
@@ -32,6 +37,7 @@ from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions
 from django_workflows.serialization import NotJournalable, dump
 from django_workflows.store import inbox, steering
+from django_workflows.store import progress as instance_progress
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.sending import SentEvent
 from django_workflows.tags import validate_tags
@@ -94,7 +100,7 @@ def _check_params(instance_id: str, params) -> Any:
         raise refusal(f"The params of instance {instance_id!r} {exc}", too_large=exc.too_large) from None
 
 
-class WorkflowHandle:
+class WorkflowHandle(AsyncWorkflowMethods):
     """One workflow, by name: create instances of it and look them up."""
 
     def __init__(self, name: str):
@@ -204,7 +210,7 @@ class WorkflowHandle:
         return InstanceHandle.from_row(self.name, id, pk, self.workflow_class)
 
 
-class InstanceHandle:
+class InstanceHandle(AsyncInstanceMethods):
     """One instance: read its status and steer it. Every change goes through a conditional update,
     so two callers racing cannot both win, and a refused change leaves the instance as it was."""
 
@@ -273,6 +279,15 @@ class InstanceHandle:
             row.update(predecessor=predecessor, successor=successor)
         rollback = rollback_of(row["error"])
         return row if rollback is None else {**row, "rollback": rollback}
+
+    def progress(self) -> dict | None:
+        """The latest ``step.progress`` of the instance, ``{"value": ..., "at": datetime}`` (the value's typed
+        values revived), or None if it has reported none (since its last restart)."""
+        latest = instance_progress.latest(self.pk)
+        if latest is None:
+            return None
+        value = read_back(latest.value, True, lambda: f"instance {self.workflow_name}/{self.id}, progress")
+        return {"value": value, "at": latest.at}
 
     def pause(self) -> None:
         """Pause: at once if no replay runs; otherwise after its current step (``waitingForPause``)."""

@@ -216,11 +216,8 @@ class Instance(models.Model):
             # most instances are about no row.
             models.Index(fields=["subject_type", "subject_id"], name="dw_instance_subject",
                          condition=Q(subject_type__isnull=False)),
-            models.Index(
-                fields=["lease_expires_at"],
-                name="dw_instance_leased",
-                condition=Q(status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)),
-            ),
+            models.Index(fields=["lease_expires_at"], name="dw_instance_leased",
+                         condition=Q(status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE))),
         ]
 
     def __str__(self) -> str:
@@ -284,9 +281,10 @@ class Step(models.Model):
 
     class Meta:
         ordering = ["instance", "id"]
-        constraints = [
-            models.UniqueConstraint(fields=["instance", "key"], name="dw_step_unique_key"),
-        ]
+        constraints = [models.UniqueConstraint(fields=["instance", "key"], name="dw_step_unique_key")]
+        # An instance's step.progress markers, latest first, however long its journal (store.progress).
+        indexes = [models.Index(fields=["instance", "id"], name="dw_step_progress",
+                                condition=Q(kind=StepKind.PROGRESS))]
 
     def __str__(self) -> str:
         return f"{self.instance_id}:{self.key}"
@@ -367,8 +365,7 @@ class Event(models.Model):
         return f"{self.type} for {self.instance_id}"
 
 
-# The tables beside the journal and the inbox, kept in a module of their own; imported here, where Django
-# and the package look for every model of the app.
+# The tables beside the journal and the inbox: imported here, where Django looks for the app's models.
 from django_workflows.side_tables import Delivery, InstanceTag, Schedule, WorkerHeartbeat  # noqa: E402
 
 __all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES", "MARKER_KINDS", "Delivery", "Event", "Instance",

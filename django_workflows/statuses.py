@@ -55,9 +55,12 @@ class StepKind(models.TextChoices):
     TAGS = "tags", "step.set_tags"
     """A marker, not a step: ``step.set_tags(...)`` set these tags, so a replay sets no others
     (``django_workflows.engine.tag_steps``)."""
+    PROGRESS = "progress", "step.progress"
+    """A marker, not a step: ``step.progress(value)`` reported how far the instance has come, so a
+    replay reports it no more (``django_workflows.engine.progress_steps``)."""
 
 
-MARKER_KINDS = (StepKind.PATCH, StepKind.TAGS)
+MARKER_KINDS = (StepKind.PATCH, StepKind.TAGS, StepKind.PROGRESS)
 """Rows of the journal that are not steps: they take no position among the steps and are never run."""
 
 

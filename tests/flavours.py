@@ -6,8 +6,8 @@ run``, and ``await`` goes in front of each call of a step method on run's ``step
 (``step.do(name, fn)``, ``step.sleep``, ``step.sleep_until``, ``step.wait_for_event``, ``step.all``,
 ``step.rollback_all``) and of each call of a function run declared as a step (``@step.do(...)``,
 ``@step.with_rollback(...)``). The declarations themselves are not awaited: ``step.do(name)`` without a
-function returns the decorator, and so does ``step.with_rollback``; nor is ``step.patched``, which
-answers at once. Step bodies stay as they are. The
+function returns the decorator, and so does ``step.with_rollback``; nor are ``step.patched``, which
+answers at once, and ``step.progress``, which reports and returns nothing. Step bodies stay as they are. The
 twin subclasses the original, keeps its name, module and qualified name (its source, its outline and
 its tracebacks are the original's: the new ``run`` is compiled with the original's file and line
 numbers), and closes over the original's cells, so it shares the original's closure.
@@ -38,7 +38,7 @@ AWAITED_METHODS = frozenset({"do", "sleep", "sleep_until", "wait_for_event", "al
 # Calls on it that declare a step function (return a decorator): never awaited.
 DECLARING_METHODS = frozenset({"do", "with_rollback"})
 # Calls on it that answer at once, in async def run too: left as they are.
-ANSWERING_METHODS = frozenset({"patched", "deprecate_patch"})
+ANSWERING_METHODS = frozenset({"patched", "deprecate_patch", "progress"})
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag

@@ -4,6 +4,8 @@ event. Nothing on it is a form Django saves: the page is read-only and every but
 
 from __future__ import annotations
 
+import json
+
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.utils.decorators import method_decorator
@@ -21,6 +23,7 @@ from django_workflows.describe import (
     describe_event,
     describe_family,
     describe_parent,
+    describe_progress,
     describe_retention,
     describe_step,
 )
@@ -154,6 +157,7 @@ class InstancePage(PageMixin):
                 "admin:django_workflows_instance_workflow", args=[instance.workflow_name]
             ),
             "retention": self._retention(instance),
+            "latest_progress": self._progress(instance),
             "parent": self._linked(describe_parent(instance)),
             "children": [self._linked(child) for child in describe_children(instance)],
             "timeout": format_duration(instance.timeout) if instance.timeout is not None else "",
@@ -189,7 +193,28 @@ class InstancePage(PageMixin):
         return f"complete: {kept['success']}; errored or terminated: {kept['error']}"
 
     @staticmethod
+    def _progress(instance: Instance) -> dict | None:
+        """The latest step.progress as JSON text, with a fraction for a bar when the value is one (0 to 1)
+        or says what is done of a total (``{"done": 4, "total": 10}``)."""
+        latest = describe_progress(instance.pk)
+        if latest is None:
+            return None
+        value = latest["value"]
+        if isinstance(value, dict) and all(isinstance(value.get(key), (int, float)) for key in ("done", "total")):
+            fraction = value["done"] / value["total"] if value["total"] > 0 else None
+        else:
+            fraction = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if fraction is not None and not 0 <= fraction <= 1:
+            fraction = None
+        return {"text": json.dumps(value, ensure_ascii=False), "at": latest["at"], "fraction": fraction,
+                "percent": None if fraction is None else round(fraction * 100)}
+
+    @staticmethod
     def _step_row(step: Step, data: dict) -> dict:
+        if step.kind == StepKind.PROGRESS:
+            # A step.progress marker: one quiet line saying what it reported.
+            result = step.result if isinstance(step.result, dict) else {}
+            return {"step": step, "marker": True, "progress": json.dumps(result.get("value"), ensure_ascii=False)}
         if step.kind == StepKind.TAGS:
             # A step.set_tags marker: one quiet line saying what it set.
             result = step.result if isinstance(step.result, dict) else {}

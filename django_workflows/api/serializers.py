@@ -283,6 +283,12 @@ class RollbackSerializer(Described):
     error = NamedErrorSerializer(allow_null=True, help_text="The undo's error ({name, message}) when errored.")
 
 
+class ProgressSerializer(Described):
+    value = serializers.JSONField(allow_null=True, help_text="What step.progress() reported (typed values in the "
+                                                             "journal's tagged form, as the output).")
+    at = serializers.DateTimeField(help_text="When it was reported.")
+
+
 class InstanceSerializer(InstanceSummarySerializer):
     params = serializers.JSONField(allow_null=True)
     tags = serializers.DictField(child=serializers.CharField(), help_text="Its tags, by key: those given at "
@@ -306,6 +312,8 @@ class InstanceSerializer(InstanceSummarySerializer):
                                                                  "new as; null if it did not.")
     children = ChildSerializer(many=True, help_text="The instances its step.child() calls started (the "
                                                     "first 100), oldest first.")
+    progress = ProgressSerializer(allow_null=True, help_text="The latest step.progress() it reported; null if "
+                                  "none (since its last restart). The stream/ endpoint follows it as it changes.")
     cpu_ms = serializers.FloatField(
         help_text="Milliseconds of CPU time its replays used (run() and the step bodies; waiting does not "
                   "count), over its life, added by each replay as it ends.")

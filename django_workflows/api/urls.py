@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from django_workflows.api import bulk, stored_values, views, webhook_view
+from django_workflows.api import bulk, stored_values, stream, views, webhook_view
 from django_workflows.api.schema import SchemaView, schema_ui
 
 app_name = "django_workflows_api"
@@ -16,6 +16,7 @@ operations = [
     path("<str:name>/instances/bulk/", bulk.InstanceBulkView.as_view(), name="instance-bulk"),
     path("<str:name>/instances/<str:instance_id>/", views.InstanceDetailView.as_view(), name="instance-detail"),
     path("<str:name>/instances/<str:instance_id>/status/", views.InstanceStatusView.as_view(), name="instance-status"),
+    path("<str:name>/instances/<str:instance_id>/stream/", stream.InstanceStreamView.as_view(), name="instance-stream"),
     path("<str:name>/instances/<str:instance_id>/values/<str:sha256>/", stored_values.InstanceValueView.as_view(),
          name="instance-value"),
     path("<str:name>/instances/<str:instance_id>/events/<str:event_type>/", views.InstanceEventView.as_view(),

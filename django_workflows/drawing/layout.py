@@ -17,7 +17,7 @@ EVENT_LANE = 46
 # A step.patched marker is not a step: a thin row, a tick where run() took the patched code.
 PATCH_ROW_HEIGHT = 16
 # The journal rows that are markers, not steps (models.MARKER_KINDS), drawn as thin rows.
-MARKER_TYPES = ("patch", "tags")
+MARKER_TYPES = ("patch", "tags", "progress")
 MIN_BAR = 4
 
 

@@ -200,14 +200,15 @@ class Timeline:
             self.wait_row(canvas, step, middle)
 
     def patch_row(self, canvas: Canvas, index: int, step: dict) -> None:
-        """A marker (step.patched's, step.set_tags's): a thin row with its key in small quiet type, and a tick on the axis
+        """A marker (step.patched's, step.set_tags's, step.progress's): a thin row with its key in small quiet type, and a tick on the axis
         where run() first reached it and took the patched code."""
         top, bottom = self.row_tops[index], self.row_tops[index + 1]
         middle = (top + bottom) / 2
         canvas.rect(0, top, WIDTH, bottom - top, class_="dw-row dw-row-patch")
         label = f"{self.first_number + index}. {step['key']}"
-        title = (f"{label} · not a step: step.set_tags set tags here" if step["type"] == "tags" else
-                 f"{label} · not a step: run() took the code that step.patched guards from here")
+        title = {"tags": f"{label} · not a step: step.set_tags set tags here",
+                 "progress": f"{label} · not a step: step.progress reported progress here"}.get(
+            step["type"], f"{label} · not a step: run() took the code that step.patched guards from here")
         canvas.text(26, middle + 3.5, fit(label, LABEL_WIDTH - 40), class_="dw-patch-label", title=title)
         x = self.scale.x(step["start"])
         canvas.line(x, top + 3, x, bottom - 3, class_="dw-patch-mark", title=f"{step['key']}: {self.at(step['start'])}")

@@ -104,15 +104,14 @@ class EventLoopRun:
         """Run ``run()``'s coroutine to its end; return what it returns."""
         main = self.loop.create_task(coroutine)
         replay = self.replay
-        # step.patched answers at once, from the journal in memory; a marker it must write waits until
-        # the loop is idle, before any step called after it is settled.
-        replay.patches.deferred = replay.tags.deferred = True
+        # step.patched, set_tags and progress answer at once; a marker they must write waits until the
+        # loop is idle, before any step called after it is settled.
+        replay.defer_markers(True)
         try:
             suspended_rounds = 0
             while True:
                 self._run_until_idle()
-                replay.patches.write_pending_markers()
-                replay.tags.write_pending_markers()
+                replay.write_pending_markers()
                 if main.done():
                     return _outcome(main)
                 waiting = self.called = [called for called in self.called if not called.future.done()]
@@ -128,7 +127,7 @@ class EventLoopRun:
                     self.replay.suspended = _merged([called.parked for called in waiting if called.parked])
                     self._raise_into(waiting, self.replay.suspended)
         finally:
-            replay.patches.deferred = replay.tags.deferred = False
+            replay.defer_markers(False)
             self._close()
 
     # Rounds.

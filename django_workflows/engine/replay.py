@@ -46,6 +46,7 @@ from django_workflows.engine.journal_cursor import JournalCursor
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions, limited
 from django_workflows.engine.patches import PatchSteps
+from django_workflows.engine.progress_steps import ProgressSteps
 from django_workflows.engine.replay_costs import ReplayCosts
 from django_workflows.engine.replay_endings import Endings
 from django_workflows.engine.replay_outcome import Ending, Outcome, decide
@@ -164,7 +165,16 @@ class Replay:
         self.children = ChildSteps(self, self.waits)
         self.patches = PatchSteps(self, self.cursor)
         self.tags = TagSteps(self, self.cursor)
+        self.progress = ProgressSteps(self, self.cursor)
         self.concurrent = ConcurrentSteps(self, self.steps)
+
+    def defer_markers(self, deferred: bool) -> None:
+        for markers in (self.patches, self.tags, self.progress):
+            markers.deferred = deferred
+
+    def write_pending_markers(self) -> None:
+        for markers in (self.patches, self.tags, self.progress):
+            markers.write_pending_markers()
 
     # The outcome of the whole replay.
 

@@ -19,6 +19,7 @@ from django_workflows.definition import WorkflowStepEvent
 from django_workflows.engine.do_steps import DoSteps
 from django_workflows.errors import InvalidStepInput, WorkflowError
 from django_workflows.engine.patches import PatchSteps
+from django_workflows.engine.progress_steps import ProgressSteps
 from django_workflows.engine.rollbacks import UndoSteps
 from django_workflows.engine.step_functions import StepFunction
 from django_workflows.engine.tag_steps import TagSteps
@@ -37,6 +38,7 @@ class ReplaySteps(Protocol):
     children: ChildSteps
     patches: PatchSteps
     tags: TagSteps
+    progress: ProgressSteps
     undos: UndoSteps
     concurrent: ConcurrentSteps
 
@@ -47,6 +49,13 @@ class ReplaySteps(Protocol):
     def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
     def continue_as_new(self, params: Any) -> NoReturn: ...
+
+    def defer_markers(self, deferred: bool) -> None:
+        """Have ``step.patched``, ``set_tags`` and ``progress`` keep the markers they write (an async run()'s
+        event loop runs, where no database call may), or write them at once again."""
+
+    def write_pending_markers(self) -> None:
+        """Write the markers kept while deferred, in the order asked."""
 
 
 class WorkflowStep:
@@ -182,6 +191,13 @@ class WorkflowStep:
         as new (``InvalidStepInput``); params that cannot be journaled raise ``InvalidParams``. See
         ``docs/how-to/deadlines-and-continue-as-new.md``."""
         self._replay.call(self._replay.continue_as_new, params)
+
+    def progress(self, value: Any) -> None:
+        """Report how far the instance has come: a small JSON value (``0.4``, ``{"done": 4, "total": 10}``,
+        at most 4 KiB) that the admin's instance page, the API's instance detail and its event stream, and
+        ``InstanceHandle.progress()`` show. Journaled (a marker, not a step), so a replay reports it once;
+        not awaited in ``async def run``. See ``django_workflows.engine.progress_steps``."""
+        self._replay.call(self._replay.progress.progress, value)
 
     step_function_class = StepFunction
 

@@ -29,6 +29,7 @@ ENGINE_SUITE = frozenset({
     "test_sleep_and_events",
     "test_typed_values",
     "test_result_types",
+    "test_progress",
     "test_store_errors",
     "test_user_code",
 })

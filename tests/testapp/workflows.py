@@ -739,3 +739,28 @@ class SlowSlotted(WorkflowEntrypoint):
         # even on a loaded machine: the test checks the limit was reached, not only never passed.
         step.do("work", lambda: time.sleep(0.15) or 1)
         return step.do("more", lambda: time.sleep(0.15) or 2)
+
+
+# Whether Reporting reports its progress: a test turns it on between two replays, as a deploy would.
+REPORTING = {"on": True}
+
+
+class Reporting(WorkflowEntrypoint):
+    """Reports its progress around ``parts`` steps (``step.progress``); with ``wait``, waits for a ``go``
+    event after the first part; with ``refused`` ("object" or "large"), first reports a value that
+    step.progress refuses."""
+
+    def run(self, event, step):
+        params = event.payload or {}
+        parts = params.get("parts", 2)
+        if params.get("refused"):
+            step.progress(object() if params["refused"] == "object" else "x" * 5000)
+        if REPORTING["on"]:
+            step.progress({"done": 0, "total": parts})
+        for number in range(1, parts + 1):
+            step.do("part", lambda number=number: calls.update(["part"]) or number)
+            if REPORTING["on"]:
+                step.progress({"done": number, "total": parts})
+            if params.get("wait") and number == 1:
+                step.wait_for_event("go", "go", timeout="1 hour")
+        return {"parts": parts}

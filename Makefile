@@ -29,7 +29,8 @@ SQLITE_ENV := env -u DATABASE_URL $(TEST_ENV)
 # (make test-all). The two tiers together are pytest's testpaths.
 TIER ?= fast
 FAST_PATHS := tests/unit tests/integration tests/conformance example_project
-SYSTEM_ARGS := $(if $(SYSTEM_MARK),-m $(SYSTEM_MARK)) tests/system
+# --durations: the slowest system tests are named in every run, where CI time goes.
+SYSTEM_ARGS := $(if $(SYSTEM_MARK),-m $(SYSTEM_MARK)) --durations=15 tests/system
 SYSTEM_TITLE := the system tier$(if $(SYSTEM_MARK), (the tests marked $(SYSTEM_MARK)))
 
 .PHONY: test test-all test-sqlite test-postgres chaos demo demo-smoke clean bench dist docs chromium faketime

@@ -6,7 +6,8 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked ``postgres`` run only in the PostgreSQL pass; the SQLite pass deselects them.
     Tests marked ``chaos`` take minutes: they run only when ``-m`` names them (``make chaos``).
     Tests marked ``backport`` are about django-tasks, the tasks framework of Django 5.2: Django 6
-    deselects them."""
+    deselects them. Tests marked ``own_project`` run a project of their own on SQLite whatever the pass's
+    database: the PostgreSQL pass deselects them, as it would only run them again."""
     postgres = "postgresql" in settings.DATABASES["default"]["ENGINE"]
     chaos = "chaos" in (config.getoption("markexpr") or "")
     backport = django.VERSION < (6, 0)
@@ -15,6 +16,8 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("postgres") and not postgres:
             return False
         if item.get_closest_marker("backport") and not backport:
+            return False
+        if item.get_closest_marker("own_project") and postgres:
             return False
         return chaos or not item.get_closest_marker("chaos")
 
@@ -31,6 +34,8 @@ def pytest_collection_modifyitems(config, items):
                 and not (item.get_closest_marker("postgres") and not postgres)),
         "are about the django-tasks backport (Django 5.2 only)":
             sum(1 for item in deselected if item.get_closest_marker("backport")),
+        "run a project of their own on SQLite (they run in the SQLite pass)":
+            sum(1 for item in deselected if item.get_closest_marker("own_project") and postgres),
     }
 
 

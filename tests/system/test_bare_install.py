@@ -12,6 +12,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+# It makes a project of its own, on SQLite, whatever the suite's database.
+pytestmark = pytest.mark.own_project
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SETTINGS = """

@@ -24,7 +24,7 @@ from examples.workflows import OrderFulfilment
 from django_workflows import processes
 
 # CI's Django 6 pass runs this file: the demo is the running Django's migrate and runserver, and signals.
-pytestmark = pytest.mark.django_version
+pytestmark = [pytest.mark.django_version, pytest.mark.own_project]
 
 EXAMPLE_PROJECT = Path(__file__).resolve().parents[2] / "example_project"
 BANNER_END = "Activity"  # the line after the banner: what follows is what the instances do

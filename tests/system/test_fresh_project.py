@@ -33,7 +33,7 @@ from tests.workers import stop_process_group
 
 # CI's Django 6 pass runs this file: the running Django's startproject makes the project, which migrates
 # and serves with it.
-pytestmark = pytest.mark.django_version
+pytestmark = [pytest.mark.django_version, pytest.mark.own_project]
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = REPOSITORY / "README.md"

@@ -34,7 +34,12 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.workers import stop_process_group
+
+# It makes a project of its own, on SQLite, whatever the suite's database.
+pytestmark = pytest.mark.own_project
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 TUTORIAL = REPOSITORY / "docs" / "tutorial.md"

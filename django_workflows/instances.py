@@ -8,29 +8,29 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, declared_events, lifecycle, sending, signals, subjects
+from django_workflows import clock, declared_events, lifecycle, sending, signals, starts, subjects
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
 from django_workflows.engine.stored_values import read_back
-from django_workflows.durations import parse_duration
 from django_workflows.error_journal import rollback_of
 from django_workflows.errors import (
     InstanceAlreadyExists,
     InstanceNotFound,
     InvalidParams,
-    InvalidStepInput,
     InvalidTransition,
     ParamsTooLarge,
     StepNotFound,
 )
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, dump
+# Importable from here, where they were first defined (the API's serializers read them).
+from django_workflows.retention_options import MAX_RETENTION, parse_retention, parse_retention_duration  # noqa: F401
+from django_workflows.serialization import NotJournalable, dump, revive
+from django_workflows.store import debounce as debouncing
 from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
 from django_workflows.sending import SentEvent
@@ -39,51 +39,6 @@ from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 100
 BATCH_KEYS = ("id", "params", "retention", "subject", "tags")
-
-MAX_RETENTION = timedelta(days=365)
-"""The longest retention an instance may choose for itself (``create(retention=...)``)."""
-
-RETENTION_OUTCOMES = ("success", "error")
-# Cloudflare's binding spells the keys successRetention and errorRetention; its REST API
-# success_retention and error_retention. Named in the refusal, so that ported code is told the key here.
-_CLOUDFLARE_RETENTION_KEYS = {"successRetention": "success", "success_retention": "success",
-                              "errorRetention": "error", "error_retention": "error"}
-
-
-def parse_retention_duration(outcome: str, value) -> timedelta:
-    """One duration of a ``retention``: milliseconds or "N unit(s)", from zero to ``MAX_RETENTION``;
-    anything else is ``InvalidParams``."""
-    what = f"retention[{outcome!r}]"
-    try:
-        delta = parse_duration(value, what=what)
-    except InvalidStepInput as exc:
-        raise InvalidParams(str(exc), outcome=outcome) from None
-    except OverflowError:
-        delta = None  # past what a timedelta holds: longer than any retention
-    if delta is None or delta > MAX_RETENTION:
-        raise InvalidParams(
-            f"{what}: {value!r} is longer than the {MAX_RETENTION.days} days an instance may keep itself; "
-            f"leave it out to follow the RETENTION_DAYS setting.", outcome=outcome)
-    return delta
-
-
-def parse_retention(retention) -> dict[str, timedelta]:
-    """``{"success": ..., "error": ...}`` (either key optional, None for the setting's) as timedeltas;
-    a key or value it cannot take is ``InvalidParams``."""
-    if retention is None:
-        return {}
-    if not isinstance(retention, dict):
-        raise InvalidParams(f"retention must be a dict with 'success' and/or 'error' durations, got "
-                            f"{type(retention).__name__}")
-    unknown = [key for key in retention if key not in RETENTION_OUTCOMES]
-    if unknown:
-        hints = [f" ({key!r} is Cloudflare's name for {_CLOUDFLARE_RETENTION_KEYS[key]!r})"
-                 for key in unknown if key in _CLOUDFLARE_RETENTION_KEYS]
-        raise InvalidParams("retention takes the keys 'success' and 'error', not "
-                            f"{', '.join(map(repr, unknown))}{''.join(hints)}")
-    return {outcome: parse_retention_duration(outcome, value) for outcome, value in retention.items()
-            if value is not None}
-
 
 def _check_params(instance_id: str, params) -> Any:
     """``params`` as the instance stores them (typed values in the journal's tagged form)."""
@@ -118,7 +73,8 @@ class WorkflowHandle:
 
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
                retention: dict | None = None, *, subject: Any = None,
-               tags: dict[str, str] | None = None) -> InstanceHandle:
+               tags: dict[str, str] | None = None, start_at: Any = None, start_in: Any = None,
+               debounce: dict | None = None) -> InstanceHandle:
         """Create an instance and queue its first replay. An id that exists is an error.
 
         ``retention`` chooses how long the instance is kept once it has finished, by how it ended,
@@ -137,10 +93,23 @@ class WorkflowHandle:
         ``Instance.objects.for_subject(order)`` finds it, and so do the admin's ``WorkflowInstancesInline``
         on the order's page and the API's ``?subject=shop.order:42``. ``tags`` are short strings it is
         searched by, ``{"tenant": "acme"}`` (``django_workflows.tags``); ``step.set_tags`` adds more.
-        A subject or tags it cannot take raise ``InvalidSubject`` / ``InvalidTags`` and create nothing."""
+        A subject or tags it cannot take raise ``InvalidSubject`` / ``InvalidTags`` and create nothing.
+
+        ``start_at`` (an aware datetime) or ``start_in`` (a duration) creates it ``scheduled``, to start
+        then (at once if that has passed). ``debounce={"key": ..., "period": "30 seconds"}`` collapses the
+        triggers of one key: the first creates a scheduled instance, each within ``period`` of the last
+        joins it (its params win, or ``"merge"``'s) and moves its start to ``period`` after itself
+        (``"max_wait"`` caps it); the handle is that instance's, ``joined`` true for a trigger that joined
+        (docs/how-to/delayed-start-and-debounce.md)."""
         checked_tags = {key: value for key, value in validate_tags(tags, "create(tags=...)").items()
                         if value is not None}
+        start = starts.read_start(start_at, start_in, debounce, instance_id=id)
         instance = self._new_instance(id, params, retention, subject)
+        instance.wake_at = start.wake_at(instance.created_at)
+        if instance.wake_at is not None:
+            instance.status = InstanceStatus.SCHEDULED
+        if start.debounce is not None:
+            return self._trigger(instance, checked_tags, start.debounce, params)
         try:
             steering.insert(instance, checked_tags)
         except IntegrityError:
@@ -151,6 +120,24 @@ class WorkflowHandle:
             ) from None
         handle = InstanceHandle(instance, self.workflow_class)
         handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
+        return handle
+
+    def _trigger(self, instance: Instance, tags: dict[str, str], debounce: starts.Debounce,
+                 params: Any) -> InstanceHandle:
+        """One trigger of ``create(debounce=...)``: the handle of the instance it created or joined."""
+        instance.debounce_key = debounce.key
+        merge, user_merge = None, debounce.merge
+        if user_merge is not None:
+            def merge(stored: Any) -> Any:
+                return _check_params(instance.instance_id, user_merge(revive(stored), params))
+        pk, instance_id, joined = debouncing.trigger(instance, tags, debounce.period, debounce.max_wait, merge,
+                                                     instance.created_at)
+        handle = InstanceHandle.from_row(self.name, instance_id, pk, self.workflow_class)
+        handle.joined = joined
+        if joined:
+            handle._announce(None, lifecycle.DEBUG, "debounced: a trigger with key %r joined it", debounce.key)
+        else:
+            handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
         return handle
 
     def create_batch(self, batch) -> list[InstanceHandle]:
@@ -200,6 +187,10 @@ class WorkflowHandle:
 class InstanceHandle:
     """One instance: read its status and steer it. Every change goes through a conditional update,
     so two callers racing cannot both win, and a refused change leaves the instance as it was."""
+
+    joined = False
+    """True on the handle ``create(debounce=...)`` returns when the trigger joined an instance that an
+    earlier trigger created."""
 
     def __init__(self, instance: Instance, workflow_class: type | None = None):
         self.pk = instance.pk

@@ -736,3 +736,12 @@ class SlowSlotted(WorkflowEntrypoint):
         # even on a loaded machine: the test checks the limit was reached, not only never passed.
         step.do("work", lambda: time.sleep(0.15) or 1)
         return step.do("more", lambda: time.sleep(0.15) or 2)
+
+
+class StartStamp(WorkflowEntrypoint):
+    """Says when its first step ran, and with which params: when a scheduled instance really started."""
+
+    def run(self, event, step):
+        import time
+
+        return step.do("started", lambda: {"at": time.time(), "params": event.payload})

@@ -44,7 +44,9 @@ class RetentionInputSerializer(RejectUnknownFields, serializers.Serializer):
                                              "or null: the RETENTION_DAYS setting.")
 
 
-class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
+class BatchItemSerializer(RejectUnknownFields, serializers.Serializer):
+    """An item of a batch, and what a create takes besides a later start."""
+
     instance_id = StrictCharField(required=False, max_length=MAX_INSTANCE_ID, allow_blank=False,
                                   trim_whitespace=False,  # " a" is an invalid id, not "a"
                                   help_text="Letters, digits, '-' and '_'; a UUID when left out.")
@@ -61,6 +63,9 @@ class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
         help_text="The row it is about, as app_label.model:pk (shop.order:42): read when the instance is "
                   "created, so a row that does not exist is a 400 invalid_subject and nothing is created.")
 
+
+class CreateInstanceSerializer(BatchItemSerializer):
+    """A create: a batch item's fields, and a later start (which a batch does not take)."""
 
     start_at = serializers.DateTimeField(
         required=False, allow_null=True,
@@ -85,14 +90,6 @@ class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
             raise serializers.ValidationError({"instance_id": ["A debounced trigger joins the instance its key "
                                                                "has scheduled; leave instance_id out."]})
         return data
-
-
-class BatchItemSerializer(CreateInstanceSerializer):
-    """An item of a batch: as a create, without a delayed start or a debounce, which a batch does not take."""
-
-    start_at = None
-    start_in = None
-    debounce = None
 
 
 class BatchSerializer(serializers.ListSerializer):

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import connections, router, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Subquery, Value, When
 
 from django_workflows import clock, options
 from django_workflows.conf import workflow_settings
@@ -71,15 +71,16 @@ def wake_due(now: datetime | None = None) -> int:
 
 
 def next_wake_time() -> datetime | None:
-    """The earliest wake time among waiting and scheduled instances (one index lookup each)."""
-    times = [
-        Instance.objects.filter(status=status, wake_at__isnull=False)
-        .order_by("wake_at")
-        .values_list("wake_at", flat=True)
-        .first()
-        for status in WOKEN_STATUSES
-    ]
-    return min((moment for moment in times if moment is not None), default=None)
+    """The earliest wake time among waiting and scheduled instances: one statement, which finds the first
+    of each status through its partial index and reads the earlier of the two rows by primary key."""
+    firsts = Q()
+    for status in WOKEN_STATUSES:
+        first = (Instance.objects.filter(status=status, wake_at__isnull=False).order_by("wake_at")
+                 .values("pk")[:1])
+        firsts |= Q(pk=Subquery(first))
+    wake_at: datetime | None = (Instance.objects.filter(firsts).order_by("wake_at")
+                                .values_list("wake_at", flat=True).first())
+    return wake_at
 
 
 def sweep(now: datetime | None = None) -> int:

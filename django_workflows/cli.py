@@ -70,6 +70,17 @@ def duration_argument(text: str) -> int | str:
     return int(text) if text.isascii() and text.isdigit() else text
 
 
+def moment_argument(text: str) -> datetime:
+    """An argparse ``type`` for a moment: ISO 8601 with a UTC offset ("2030-01-31T09:00+01:00", "...Z")."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an ISO 8601 time such as 2030-01-31T09:00+01:00, got {text!r}") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no UTC offset, so it names no moment; add one (+01:00, or Z)")
+    return moment
+
+
 def cli_sender() -> str:
     """``cli:<OS user>`` for ``Event.sender``, so the audit trail shows who sent an event by hand."""
     try:

@@ -28,6 +28,10 @@ class InstanceQuerySet(models.QuerySet):
         """Waiting instances whose wake time has come."""
         return self.filter(status=InstanceStatus.WAITING, wake_at__lte=now)
 
+    def debounced(self, workflow_name: str, key: str) -> Self:
+        """The scheduled instance that triggers of ``create(debounce={"key": key, ...})`` join (at most one)."""
+        return self.filter(workflow_name=workflow_name, debounce_key=key, status=InstanceStatus.SCHEDULED)
+
     def expired_leases(self, now: datetime) -> Self:
         return self.filter(
             status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now

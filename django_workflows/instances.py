@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, deadlines, declared_events, lifecycle, sending, signals, subjects
+from django_workflows import clock, deadlines, declared_events, lifecycle, sending, signals, starts, subjects
 from django_workflows.async_client import AsyncInstanceMethods, AsyncWorkflowMethods
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
@@ -33,7 +33,8 @@ from django_workflows.errors import (
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.instance_retention import parse_retention
 from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, dump
+from django_workflows.serialization import NotJournalable, dump, revive
+from django_workflows.store import debounce as debouncing
 from django_workflows.store import inbox, steering
 from django_workflows.store import progress as instance_progress
 from django_workflows.transitions import TRANSITIONS
@@ -79,7 +80,8 @@ class WorkflowHandle(AsyncWorkflowMethods):
 
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
                retention: dict | None = None, *, subject: Any = None,
-               tags: dict[str, str] | None = None, timeout: Any = None) -> InstanceHandle:
+               tags: dict[str, str] | None = None, timeout: Any = None, start_at: Any = None,
+               start_in: Any = None, debounce: dict | None = None) -> InstanceHandle:
         """Create an instance and queue its first replay. An id that exists is an error.
 
         ``retention`` chooses how long the instance is kept once it has finished, by how it ended,
@@ -103,10 +105,25 @@ class WorkflowHandle(AsyncWorkflowMethods):
         ``timeout`` (milliseconds, "N unit(s)" or a timedelta, up to 10 years) gives this instance a
         deadline instead of its workflow's ``timeout``: past it, it ends errored with
         ``WorkflowTimeoutError`` (``django_workflows.deadlines``). One it cannot take raises
-        ``InvalidParams`` and creates nothing."""
+        ``InvalidParams`` and creates nothing.
+
+        ``start_at`` (an aware datetime) or ``start_in`` (a duration) creates it ``scheduled``, to start
+        then (at once if that has passed); its deadline counts from then. ``debounce={"key": ...,
+        "period": "30 seconds"}`` collapses the triggers of one key: the first creates a scheduled
+        instance, each within ``period`` of the last joins it (its params win, or ``"merge"``'s) and moves
+        its start to ``period`` after itself (``"max_wait"`` caps it); the handle is that instance's,
+        ``joined`` true for a trigger that joined (docs/how-to/delayed-start-and-debounce.md)."""
         checked_tags = {key: value for key, value in validate_tags(tags, "create(tags=...)").items()
                         if value is not None}
+        start = starts.read_start(start_at, start_in, debounce, instance_id=id)
         instance = self._new_instance(id, params, retention, subject, timeout)
+        instance.wake_at = start.wake_at(instance.created_at)
+        if instance.wake_at is not None:
+            instance.status = InstanceStatus.SCHEDULED
+            # The deadline counts from the start: the time before it is not the instance's to use.
+            instance.deadline = deadlines.deadline_after(instance.wake_at, instance.timeout)
+        if start.debounce is not None:
+            return self._trigger(instance, checked_tags, start.debounce, params)
         try:
             steering.insert(instance, checked_tags)
         except IntegrityError:
@@ -117,6 +134,24 @@ class WorkflowHandle(AsyncWorkflowMethods):
             ) from None
         handle = InstanceHandle(instance, self.workflow_class)
         handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
+        return handle
+
+    def _trigger(self, instance: Instance, tags: dict[str, str], debounce: starts.Debounce,
+                 params: Any) -> InstanceHandle:
+        """One trigger of ``create(debounce=...)``: the handle of the instance it created or joined."""
+        instance.debounce_key = debounce.key
+        merge, user_merge = None, debounce.merge
+        if user_merge is not None:
+            def merge(stored: Any) -> Any:
+                return _check_params(instance.instance_id, user_merge(revive(stored), params))
+        pk, instance_id, joined = debouncing.trigger(instance, tags, debounce.period, debounce.max_wait, merge,
+                                                     instance.created_at)
+        handle = InstanceHandle.from_row(self.name, instance_id, pk, self.workflow_class)
+        handle.joined = joined
+        if joined:
+            handle._announce(None, lifecycle.DEBUG, "debounced: a trigger with key %r joined it", debounce.key)
+        else:
+            handle._announce(signals.instance_created, lifecycle.DEBUG, "created")
         return handle
 
     def create_batch(self, batch) -> list[InstanceHandle]:
@@ -166,6 +201,10 @@ class WorkflowHandle(AsyncWorkflowMethods):
 class InstanceHandle(AsyncInstanceMethods):
     """One instance: read its status and steer it. Every change goes through a conditional update,
     so two callers racing cannot both win, and a refused change leaves the instance as it was."""
+
+    joined = False
+    """True on the handle ``create(debounce=...)`` returns when the trigger joined an instance that an
+    earlier trigger created."""
 
     def __init__(self, instance: Instance, workflow_class: type | None = None):
         self.pk = instance.pk

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 
-from django.db import NotSupportedError, migrations, transaction
+from django.db import NotSupportedError, migrations, models, transaction
 from django.db.migrations.operations.base import Operation
 
 
@@ -265,3 +265,88 @@ class DropLikeIndexOnPostgreSQL(Operation):
     @property
     def migration_name_fragment(self):
         return f"drop_{self.model_name.lower()}_{self.name.lower()}_like_index"
+
+
+class AddConstraintConcurrentlyOnPostgreSQL(migrations.AddConstraint):
+    """``AddConstraint`` of a partial ``UniqueConstraint`` (one with a ``condition``), which Django makes a
+    unique index: built ``CONCURRENTLY`` on PostgreSQL, where a plain ``CREATE UNIQUE INDEX`` stops every
+    write to the table while it reads the whole table."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if not _on_postgresql(self, schema_editor):
+            schema_editor.add_constraint(model, self.constraint)
+            return
+        if not isinstance(self.constraint, models.UniqueConstraint) or self.constraint.condition is None:
+            raise NotImplementedError(f"{self.__class__.__name__} adds partial unique constraints only.")
+        _drop_invalid_index(schema_editor, self.constraint.name)
+        if _index_is(schema_editor, self.constraint.name, valid=True):
+            return
+        sql = str(self.constraint.create_sql(model, schema_editor))
+        prefix = "CREATE UNIQUE INDEX "
+        if not sql.startswith(prefix):
+            raise NotImplementedError(f"Unexpected SQL for {self.constraint.name}: {sql}")
+        schema_editor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {sql[len(prefix):]}")
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if _on_postgresql(self, schema_editor):
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.constraint.name)}")
+        else:
+            schema_editor.remove_constraint(model, self.constraint)
+
+
+class ReplaceCheckConstraint(Operation):
+    """Replaces a ``CheckConstraint`` by another of the same name (a status added to the choices). On
+    PostgreSQL the old one is dropped and the new one added ``NOT VALID`` in one ``ALTER TABLE`` (a
+    catalog change), then ``VALIDATE CONSTRAINT`` reads the table under a lock that lets reads and writes
+    through; run again after an interruption, it does the same, which ends in the same place. On other
+    databases, Django's ``RemoveConstraint`` and ``AddConstraint`` in one transaction."""
+
+    reduces_to_sql = False
+
+    def __init__(self, model_name: str, constraint):
+        self.model_name = model_name
+        self.constraint = constraint
+
+    def deconstruct(self):
+        return self.__class__.__name__, [], {"model_name": self.model_name, "constraint": self.constraint}
+
+    def state_forwards(self, app_label, state):
+        state.remove_constraint(app_label, self.model_name.lower(), self.constraint.name)
+        state.add_constraint(app_label, self.model_name.lower(), self.constraint)
+
+    def _replace(self, app_label, schema_editor, from_state, to_state):
+        old = from_state.models[app_label, self.model_name.lower()].get_constraint_by_name(self.constraint.name)
+        new = to_state.models[app_label, self.model_name.lower()].get_constraint_by_name(self.constraint.name)
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if not _on_postgresql(self, schema_editor):
+            with transaction.atomic(using=schema_editor.connection.alias):
+                schema_editor.remove_constraint(model, old)
+                schema_editor.add_constraint(model, new)
+            return
+        quote = schema_editor.quote_name
+        table, name = quote(model._meta.db_table), quote(new.name)
+        check = new._get_check_sql(model, schema_editor)
+        schema_editor.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {name}, "
+                              f"ADD CONSTRAINT {name} CHECK ({check}) NOT VALID")
+        schema_editor.execute(f"ALTER TABLE {table} VALIDATE CONSTRAINT {name}")
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        self._replace(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        self._replace(app_label, schema_editor, from_state, to_state)
+
+    def describe(self):
+        return f"Replace the check constraint {self.constraint.name} of {self.model_name}"
+
+    @property
+    def migration_name_fragment(self):
+        return f"replace_{self.constraint.name.lower()}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Self
 
@@ -13,6 +12,7 @@ from django.db.models import Count, F, Q
 # The queries on instances live in a module of their own; projects import them from here.
 from django_workflows.instance_queries import InstanceQuerySet as InstanceQuerySet
 from django_workflows.instance_queries import with_tags as with_tags
+from django_workflows.inbox_queries import EventQuerySet
 from django_workflows.lookups import HoldsAnyOf
 # Defined beside the models at first: projects and the package import them from here too.
 from django_workflows.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
@@ -32,7 +32,13 @@ class Instance(models.Model):
     error = models.JSONField(null=True, blank=True, help_text="{name, message} when errored.")
     traceback = models.TextField(blank=True, default="")
 
-    wake_at = models.DateTimeField(null=True, blank=True, help_text="When a waiting instance is next due.")
+    wake_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="When a waiting instance is next due; when a scheduled one starts.")
+    # Nullable, so that a previous release's worker inserts instances without it.
+    debounce_key = models.CharField(
+        max_length=255, null=True, blank=True, default=None,
+        help_text="create(debounce=...)'s key: while it is scheduled, triggers with this key join this instance.",
+    )
     waiting_for = models.JSONField(
         null=True, blank=True, help_text="The event types the instance waits for, if it waits for any."
     )
@@ -175,6 +181,10 @@ class Instance(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=InstanceStatus.values), name="dw_instance_status_valid"
             ),
+            # One scheduled instance per workflow and debounce key: two triggers racing on PostgreSQL
+            # cannot both insert one; the second waits for the first's commit, then joins its instance.
+            models.UniqueConstraint(fields=["workflow_name", "debounce_key"], name="dw_instance_debounce",
+                                    condition=Q(status=InstanceStatus.SCHEDULED)),
         ]
         indexes = [
             # The status leads, although the condition fixes it, so that SQLite's planner, which has
@@ -183,6 +193,9 @@ class Instance(models.Model):
             models.Index(
                 fields=["status", "wake_at"], name="dw_instance_wake", condition=Q(status=InstanceStatus.WAITING)
             ),
+            # The same for the instances that start later: the wake-up loop claims each kind by its own.
+            models.Index(fields=["status", "wake_at"], name="dw_instance_scheduled",
+                         condition=Q(status=InstanceStatus.SCHEDULED)),
             # A workflow's instances by status, oldest first: the admin's lists, and for a workflow with a
             # concurrency limit, the claim's count of the instances holding a slot or queued before
             # the one it takes, and the hand-on's oldest queued instances.
@@ -288,45 +301,6 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"{self.instance_id}:{self.key}"
-
-
-class EventQuerySet(models.QuerySet):
-    def unconsumed(self) -> Self:
-        return self.filter(consumed_by__isnull=True)
-
-    def inbox_of(self, instance: Instance):  # the annotated queryset (consumed_key), as the ORM types it
-        """Every event sent to an instance, consumed or not, each with the key of the step that consumed
-        it (``consumed_key``; None while it waits)."""
-        return self.filter(instance_id=instance.pk).annotate(consumed_key=F("consumed_by__key"))
-
-    def buffered(self) -> Self:
-        """The events no wait has consumed yet, oldest first: the order waits take them in."""
-        return self.unconsumed().order_by("received_at", "id")
-
-    def latest_consumed(self) -> Self:
-        """The events a wait consumed, newest first."""
-        return self.filter(consumed_by__isnull=False).order_by("-received_at", "-id")
-
-    def around(self, steps: Iterable[Step], received_since: datetime | None = None,
-               received_until: datetime | None = None) -> Self:
-        """The events that belong with a stretch of the journal, oldest first: those its ``steps``
-        consumed, and those received between ``received_since`` and ``received_until`` (an open end
-        reaches the first or the last event; with both open, every event)."""
-        received = {}
-        if received_since is not None:
-            received["received_at__gte"] = received_since
-        if received_until is not None:
-            received["received_at__lte"] = received_until
-        events = self
-        if received:
-            events = self.filter(Q(consumed_by__in=[step.pk for step in steps]) | Q(**received))
-        return events.order_by("received_at", "id")
-
-    def waiting_for(self, instance_pk: int, types: Sequence[str]) -> Self:
-        """Buffered events of ``types`` for an instance, oldest first."""
-        return self.filter(instance_id=instance_pk, type__in=types, consumed_by__isnull=True).order_by(
-            "received_at", "id"
-        )
 
 
 class Event(models.Model):

@@ -11,8 +11,11 @@ from django.db import models
 
 
 class InstanceStatus(models.TextChoices):
-    """Cloudflare's instance statuses (``unknown`` is never stored)."""
+    """Cloudflare's instance statuses (``unknown`` is never stored), and ``scheduled`` before them."""
 
+    SCHEDULED = "scheduled", "Scheduled"
+    """Created to start later (``create(start_at=...)``, ``start_in=``, ``debounce=``): nothing runs until
+    its wake time, when it is queued."""
     QUEUED = "queued", "Queued"
     """Created (or resumed, or restarted) and waiting for a replay to pick it up."""
     RUNNING = "running", "Running"

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from django_workflows import access, audit, bulk_steering
 from django_workflows.api import permissions as perms
 from django_workflows.api.schema import operation
-from django_workflows.api.serializers import RejectUnknownFields
+from django_workflows.api.input_fields import RejectUnknownFields
 from django_workflows.api.views import WorkflowAPIView, errors
 from django_workflows.models import Instance
 from django_workflows.transitions import TRANSITIONS

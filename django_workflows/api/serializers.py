@@ -4,12 +4,13 @@ Responses are written here too: a view answers with ``Serializer(value).data``, 
 ``django_workflows.describe`` made, so that the schema drf-spectacular draws from these classes and
 the answers cannot disagree."""
 
-from typing import TYPE_CHECKING
-
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from django_workflows.api.duration_fields import RetentionDurationField, TimeoutField
+# RejectUnknownFields and StrictCharField are importable from here, where they were first defined.
+from django_workflows.api.input_fields import RejectUnknownFields, StrictCharField
+from django_workflows.api.start_input import DebounceSerializer, StartDelayField
 from django_workflows.counts import EXACT_UP_TO
 from django_workflows.durations import milliseconds
 from django_workflows.instances import MAX_BATCH
@@ -17,32 +18,6 @@ from django_workflows.transitions import TRANSITIONS
 from django_workflows.validation import MAX_INSTANCE_ID, MAX_STEP_NAME
 
 
-class StrictCharField(serializers.CharField):
-    """A string and nothing else: DRF's CharField would turn ``0`` into ``"0"``, and an id is text."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-# The serializers RejectUnknownFields is mixed into, for the type checker; object at run time.
-if TYPE_CHECKING:
-    from rest_framework.serializers import Serializer as _Serializer
-else:
-    _Serializer = object
-
-
-class RejectUnknownFields(_Serializer):
-    """A field the API does not know is refused, not ignored: a typo must not pass silently."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = set(data) - set(self.fields)
-            if unknown:
-                raise serializers.ValidationError({field: ["Unknown field."] for field in sorted(unknown)},
-                                                  code="unknown_field")
-        return super().to_internal_value(data)
 
 
 class RetentionInputSerializer(RejectUnknownFields, serializers.Serializer):
@@ -54,7 +29,9 @@ class RetentionInputSerializer(RejectUnknownFields, serializers.Serializer):
                                              "or null: the RETENTION_DAYS setting.")
 
 
-class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
+class BatchItemSerializer(RejectUnknownFields, serializers.Serializer):
+    """An item of a batch, and what a create takes besides a later start."""
+
     instance_id = StrictCharField(required=False, max_length=MAX_INSTANCE_ID, allow_blank=False,
                                   trim_whitespace=False,  # " a" is an invalid id, not "a"
                                   help_text="Letters, digits, '-' and '_'; a UUID when left out.")
@@ -76,11 +53,39 @@ class CreateInstanceSerializer(RejectUnknownFields, serializers.Serializer):
                   "with WorkflowTimeoutError. Left out or null: the workflow's timeout, if it has one.")
 
 
+class CreateInstanceSerializer(BatchItemSerializer):
+    """A create: a batch item's fields, and a later start (which a batch does not take)."""
+
+    start_at = serializers.DateTimeField(
+        required=False, allow_null=True,
+        help_text="Start the instance at this time (ISO 8601, with a UTC offset): it is scheduled until then. "
+                  "A time that has passed starts it at once.")
+    start_in = StartDelayField(
+        required=False, allow_null=True,
+        help_text="Start the instance after this delay: milliseconds, or \"N unit(s)\" (\"10 minutes\").")
+    debounce = DebounceSerializer(
+        required=False, allow_null=True,
+        help_text="Collapse the triggers of one key into one instance: created scheduled by the first, joined "
+                  "by each later trigger within the period (its params win), started once a period passes "
+                  "without one. Answered 200 instead of 201 when the trigger joined an instance. Takes no "
+                  "instance_id.")
+
+    def validate(self, data):
+        asked = [name for name in ("start_at", "start_in", "debounce") if data.get(name) is not None]
+        if len(asked) > 1:
+            raise serializers.ValidationError({asked[1]: [f"Give one of start_at, start_in and debounce, not "
+                                                          f"{' and '.join(asked)}."]}, code="invalid")
+        if data.get("debounce") is not None and data.get("instance_id") is not None:
+            raise serializers.ValidationError({"instance_id": ["A debounced trigger joins the instance its key "
+                                                               "has scheduled; leave instance_id out."]})
+        return data
+
+
 class BatchSerializer(serializers.ListSerializer):
-    child = CreateInstanceSerializer()
+    child = BatchItemSerializer()
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("child", CreateInstanceSerializer())
+        kwargs.setdefault("child", BatchItemSerializer())
         kwargs.setdefault("max_length", MAX_BATCH)
         kwargs.setdefault("allow_empty", False)
         super().__init__(*args, **kwargs)

@@ -224,28 +224,29 @@ class InstanceListView(WorkflowAPIView):
         return paginator.get_paginated_response([instance_summary(row) for row in page])
 
     @operation(operation_id="instances_create", request=s.CreateInstanceSerializer,
-                   responses={201: s.InstanceSerializer, **errors(400, 401, 403, 404, 409, 413, 415)})
+                   responses={201: s.InstanceSerializer, 200: s.InstanceSerializer,
+                              **errors(400, 401, 403, 404, 409, 413, 415)})
     def post(self, request, name):
         handle = self.workflow(name)
         data = self.json_body(request, required=False, empty={})
         serializer = s.CreateInstanceSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         with transaction.atomic():
-            created = handle.create(id=serializer.validated_data.get("instance_id"),
-                                    params=serializer.validated_data.get("params"),
-                                    retention=serializer.validated_data.get("retention"),
-                                    subject=subject_row(serializer.validated_data),
-                                    tags=serializer.validated_data.get("tags"),
-                                    timeout=serializer.validated_data.get("timeout"))
+            data = serializer.validated_data
+            created = handle.create(id=data.get("instance_id"), params=data.get("params"),
+                                    retention=data.get("retention"), subject=subject_row(data), tags=data.get("tags"),
+                                    timeout=data.get("timeout"), start_at=data.get("start_at"),
+                                    start_in=data.get("start_in"), debounce=data.get("debounce"))
             self.created_visible([created])
+        # A debounced trigger that joined an instance created none.
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
-                        status=http.HTTP_201_CREATED)
+                        status=http.HTTP_200_OK if created.joined else http.HTTP_201_CREATED)
 
 
 class InstanceBatchView(WorkflowAPIView):
     required_permission = perms.ADD
 
-    @operation(operation_id="instances_batch", request=s.CreateInstanceSerializer(many=True),
+    @operation(operation_id="instances_batch", request=s.BatchItemSerializer(many=True),
                    responses={201: s.InstanceSummarySerializer(many=True), **errors(400, 401, 403, 404, 413, 415)})
     def post(self, request, name):
         handle = self.workflow(name)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import connections, router, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Subquery, Value, When
 
 from django_workflows import clock, options
 from django_workflows.conf import workflow_settings
@@ -24,48 +24,63 @@ if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
 
+# The statuses whose wake time the loop keeps: a waiting instance's next step, a scheduled one's start.
+# Each has a partial index of its own (dw_instance_wake, dw_instance_scheduled).
+WOKEN_STATUSES = (InstanceStatus.WAITING, InstanceStatus.SCHEDULED)
+
+
 def _claim_sql(connection: BaseDatabaseWrapper) -> str:
     table = connection.ops.quote_name(Instance._meta.db_table)
     # SKIP LOCKED lets several wake-up loops (one per machine) share the due instances
     # without waiting on each other; SQLite has one writer at a time anyway.
     lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
-    return (
-        f"UPDATE {table} SET status = %s, updated_at = %s "
-        f"WHERE status = %s AND id IN ("
-        f"SELECT id FROM {table} WHERE status = %s AND wake_at <= %s ORDER BY wake_at LIMIT %s{lock}"
-        f") RETURNING id"
+    # One batch of each status, each read through its own partial index (an OR of the two would read
+    # neither), in one statement: a derived table each, as a compound SELECT takes no LIMIT or FOR
+    # UPDATE of its own parts.
+    due = " UNION ALL ".join(
+        f"SELECT id FROM (SELECT id FROM {table} WHERE status = %s AND wake_at <= %s ORDER BY wake_at "
+        f"LIMIT %s{lock}) AS due_{index}" for index in range(len(WOKEN_STATUSES))
     )
+    statuses = ", ".join(["%s"] * len(WOKEN_STATUSES))
+    return (f"UPDATE {table} SET status = %s, updated_at = %s "
+            f"WHERE status IN ({statuses}) AND id IN ({due}) RETURNING id")
 
 
 def wake_due(now: datetime | None = None) -> int:
-    """Queue every waiting instance whose wake time has passed and enqueue its replay; return how many."""
+    """Queue every waiting or scheduled instance whose wake time has passed and enqueue its replay;
+    return how many."""
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     now = now or clock.now()
+    stamp = connection.ops.adapt_datetimefield_value(now)
     batch = workflow_settings.WAKE_BATCH
     woken = 0
     while True:
         with transaction.atomic(using=alias):
             with connection.cursor() as cursor:
                 cursor.execute(_claim_sql(connection), [
-                    InstanceStatus.QUEUED, connection.ops.adapt_datetimefield_value(now), InstanceStatus.WAITING,
-                    InstanceStatus.WAITING, connection.ops.adapt_datetimefield_value(now), batch,
+                    InstanceStatus.QUEUED, stamp, *WOKEN_STATUSES,
+                    *(value for status in WOKEN_STATUSES for value in (status, stamp, batch)),
                 ])
                 claimed = [row[0] for row in cursor.fetchall()]
             enqueue_many(claimed)
         woken += len(claimed)
+        # Up to a batch of each status: fewer than one batch in all means neither had more.
         if len(claimed) < batch:
             return woken
 
 
 def next_wake_time() -> datetime | None:
-    """The earliest wake time among waiting instances (one index lookup)."""
-    return (
-        Instance.objects.filter(status=InstanceStatus.WAITING, wake_at__isnull=False)
-        .order_by("wake_at")
-        .values_list("wake_at", flat=True)
-        .first()
-    )
+    """The earliest wake time among waiting and scheduled instances: one statement, which finds the first
+    of each status through its partial index and reads the earlier of the two rows by primary key."""
+    firsts = Q()
+    for status in WOKEN_STATUSES:
+        first = (Instance.objects.filter(status=status, wake_at__isnull=False).order_by("wake_at")
+                 .values("pk")[:1])
+        firsts |= Q(pk=Subquery(first))
+    wake_at: datetime | None = (Instance.objects.filter(firsts).order_by("wake_at")
+                                .values_list("wake_at", flat=True).first())
+    return wake_at
 
 
 def sweep(now: datetime | None = None) -> int:

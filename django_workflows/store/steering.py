@@ -32,9 +32,11 @@ def _rows(pk: int) -> QuerySet[Instance]:
 
 
 def insert(instance: Instance, tags: Mapping[str, str] | None = None) -> None:
-    """Insert a new instance with its ``tags`` and queue its first replay; an id its workflow already has
-    raises ``IntegrityError`` and changes nothing."""
+    """Insert a new instance with its ``tags`` and queue its first replay (a ``scheduled`` one's is the
+    wake-up loop's to queue, at its wake time); an id its workflow already has raises ``IntegrityError``
+    and changes nothing."""
     alias = _alias()
+    starts_now = instance.status != InstanceStatus.SCHEDULED
     if tags or get_executor().enqueues_in_transaction or connections[alias].in_atomic_block:
         # The replay's task (and the tags, which a tenancy rule may read) commit with the instance;
         # inside the caller's transaction, a savepoint keeps a duplicate id from breaking it.
@@ -42,11 +44,13 @@ def insert(instance: Instance, tags: Mapping[str, str] | None = None) -> None:
             instance.save(force_insert=True)
             if tags:
                 instance_tags.write(instance.pk, tags)
-            enqueue(instance.pk)
+            if starts_now:
+                enqueue(instance.pk)
     else:
         # One INSERT in autocommit, and the replay is asked for once it has committed.
         instance.save(force_insert=True)
-        enqueue(instance.pk)
+        if starts_now:
+            enqueue(instance.pk)
 
 
 

@@ -436,7 +436,7 @@ def test_restart_clears_the_journal_and_runs_from_the_top(workflows_env):
     [
         ("pause", completed, "complete", "queued or running or waiting"),
         ("resume", waiting_approval, "waiting", "paused or waitingForPause"),
-        ("terminate", completed, "complete", "queued or running or paused"),
+        ("terminate", completed, "complete", "scheduled or queued or running or paused"),
     ],
 )
 def test_a_transition_not_allowed_is_refused_and_changes_nothing(workflows_env, action, setup, status,

@@ -764,3 +764,12 @@ class Reporting(WorkflowEntrypoint):
             if params.get("wait") and number == 1:
                 step.wait_for_event("go", "go", timeout="1 hour")
         return {"parts": parts}
+
+
+class StartStamp(WorkflowEntrypoint):
+    """Says when its first step ran, and with which params: when a scheduled instance really started."""
+
+    def run(self, event, step):
+        import time
+
+        return step.do("started", lambda: {"at": time.time(), "params": event.payload})

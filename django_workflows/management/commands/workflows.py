@@ -72,6 +72,16 @@ class Command(BaseCommand):
         trigger.add_argument("--timeout", metavar="DURATION", type=cli.duration_argument, default=None,
                              help="Its deadline instead of the workflow's timeout: milliseconds or 'N unit(s)' "
                                   "('7 days'); past it, it ends errored with WorkflowTimeoutError.")
+        trigger.add_argument("--start-at", metavar="TIME", type=cli.moment_argument, default=None,
+                             help="Start it at this time (ISO 8601 with a UTC offset); scheduled until then.")
+        trigger.add_argument("--start-in", metavar="DURATION", type=cli.duration_argument, default=None,
+                             help="Start it after this delay: milliseconds or 'N unit(s)' ('10 minutes').")
+        trigger.add_argument("--debounce", metavar="KEY", default=None,
+                             help="Collapse the triggers of this key into one instance, which starts once "
+                                  "--debounce-period passes without another; a trigger that joins prints its id.")
+        for option, what in (("period", "after the last trigger"), ("max-wait", "after the first at the latest")):
+            trigger.add_argument(f"--debounce-{option}", metavar="DURATION", type=cli.duration_argument,
+                                 default=None, help=f"With --debounce: how long {what} the instance starts.")
         for outcome, ended in (("success", "complete"), ("error", "errored or terminated")):
             trigger.add_argument(f"--retention-{outcome}", metavar="DURATION", type=cli.duration_argument,
                                  default=None,
@@ -178,9 +188,19 @@ class Command(BaseCommand):
         retention = {outcome: options[f"retention_{outcome}"] for outcome in ("success", "error")
                      if options[f"retention_{outcome}"] is not None}
         subject = None if options["subject"] is None else subjects.load(options["subject"])
+        debounce = None
+        if options["debounce"] is not None:
+            debounce = {"key": options["debounce"], "period": options["debounce_period"],
+                        "max_wait": options["debounce_max_wait"]}
+            if debounce["period"] is None:
+                raise CommandError("--debounce needs --debounce-period: how long after the last trigger it starts.")
+        elif options["debounce_period"] is not None or options["debounce_max_wait"] is not None:
+            raise CommandError("--debounce-period and --debounce-max-wait go with --debounce KEY.")
         handle = workflows.get(options["name"]).create(id=options["instance_id"], params=options["params"],
                                                        retention=retention or None, subject=subject,
-                                                       tags=dict(options["tags"]), timeout=options["timeout"])
+                                                       tags=dict(options["tags"]), timeout=options["timeout"],
+                                                       start_at=options["start_at"], start_in=options["start_in"],
+                                                       debounce=debounce)
         self.show(describe_instance(cli.instance_row(handle)), handle.id)
 
     def schedules(self, options):

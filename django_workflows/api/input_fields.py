@@ -1,0 +1,33 @@
+"""What every request shape of the API is made of: text that is text, and fields it does not know refused."""
+
+from typing import TYPE_CHECKING
+
+from rest_framework import serializers
+
+
+class StrictCharField(serializers.CharField):
+    """A string and nothing else: DRF's CharField would turn ``0`` into ``"0"``, and an id is text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+# The serializers RejectUnknownFields is mixed into, for the type checker; object at run time.
+if TYPE_CHECKING:
+    from rest_framework.serializers import Serializer as _Serializer
+else:
+    _Serializer = object
+
+
+class RejectUnknownFields(_Serializer):
+    """A field the API does not know is refused, not ignored: a typo must not pass silently."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = set(data) - set(self.fields)
+            if unknown:
+                raise serializers.ValidationError({field: ["Unknown field."] for field in sorted(unknown)},
+                                                  code="unknown_field")
+        return super().to_internal_value(data)

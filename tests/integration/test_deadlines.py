@@ -146,6 +146,23 @@ def test_a_seven_day_deadline_fires_with_the_test_clock(workflows_env):
     assert ran == ["ask"]
 
 
+def test_a_scheduled_instance_s_deadline_counts_from_its_start(workflows_env):
+    # Started a day after its creation, it has its whole week from then: the day it was scheduled is
+    # not the instance's to use.
+    instance = workflows.get("deadline-week").create(id="later", start_in="1 day")
+    created = _row(instance).created_at
+    row = _row(instance)
+    assert (row.status, row.wake_at, row.deadline) == ("scheduled", created + timedelta(days=1),
+                                                       created + timedelta(days=8))
+    workflows_env.advance("1 day")
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "waiting"
+    workflows_env.advance("167 hours")
+    assert instance.status()["status"] == "waiting"
+    workflows_env.advance("1 hour")
+    assert instance.status()["error"]["name"] == "WorkflowTimeoutError"
+
+
 def test_an_event_before_the_deadline_lets_the_instance_finish(workflows_env):
     instance = workflows.get("deadline-week").create()
     workflows_env.run_until_idle()

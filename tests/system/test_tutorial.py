@@ -9,11 +9,16 @@ title="expenses/workflows.py" ````): a file that exists (``startproject`` made i
 to its end, as the tutorial says, any other is created. A block of another kind, or a python block
 without a title, fails the test: nothing in the tutorial goes unexecuted.
 
+The files ``startapp`` made (``expenses/models.py``, ``expenses/admin.py``) hold only their import, so a
+block added after it is the same as the file the tutorial shows.
+
 The directory starts with the repository's tracked files copied into ``django-workflows/`` (what a
 clone holds, with this working tree's changes), and a new virtualenv is made beside it by the tutorial's
 own ``python3 -m venv``: no package of the test suite's is visible. The Approve click is the admin's
 own form, posted to ``runserver`` by a logged-in session: the login page, the *Waiting for approval*
-page and its form for ``expense-1``, as the tutorial says to click through them.
+page and its form for ``expense-1``, as the tutorial says to click through them. Then Chromium, logged
+in as the tutorial's administrator, opens the expense from the admin's home page as the tutorial says,
+and finds it paid, with its instance listed by ``WorkflowInstancesInline`` and linked to its timeline.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.system.test_admin_browser import CHROMIUM_ARGS, SCREENSHOTS, chromium  # noqa: F401  (the fixture)
 from tests.workers import stop_process_group
 
 # It makes a project of its own, on SQLite, whatever the suite's database.
@@ -180,7 +186,7 @@ def test_every_block_of_the_tutorial_is_one_the_test_can_run():
             assert all(line.startswith("$ ") for line in body.splitlines()[:1]), body
 
 
-def test_the_tutorial_as_written(tmp_path):
+def test_the_tutorial_as_written(tmp_path, chromium):  # noqa: F811
     copy_of_the_repository(tmp_path / "django-workflows")
     shell = Shell(tmp_path)
     port = free_port()
@@ -199,6 +205,7 @@ def test_the_tutorial_as_written(tmp_path):
             for command, printed in commands_of(body):
                 if "runserver" in command:
                     approve_in_the_admin(shell, command, port)
+                    see_the_expense_in_chromium(chromium, port)
                     continue
                 shell.type(command, port)
                 for line in printed:  # what the tutorial shows the command printing, it prints
@@ -211,7 +218,7 @@ def test_the_tutorial_as_written(tmp_path):
                 if "workflows instances list" in command:  # "It is queued: nothing runs it yet."
                     listed = shell.last_output()
                     assert re.search(r"^expense-1 .*\bqueued\b", listed, re.M), listed
-                if "workflows trigger" in command:
+                if "submit()" in command:  # the instance's id, printed as the tutorial shows
                     assert shell.last_output().splitlines()[-1] == "expense-1", shell.last_output()
     finally:
         outputs = shell.stop_all()
@@ -222,8 +229,9 @@ def test_the_tutorial_as_written(tmp_path):
     assert re.search(r"^Current step +the manager's decision-1$", waiting, re.M), waiting
     assert re.search(r"^Status +complete$", done, re.M), done
     assert '"reference": "PAY-expense-1"' in done, done
+    assert re.search(r"^Subject +expenses\.expense:1$", done, re.M), done
     (worker_output,) = [output for line, output in outputs.items() if "workflows_worker" in line]
-    assert worker_output.count("Subject: Expense expense-1 to approve: 42 EUR") == 1, worker_output
+    assert worker_output.count("Subject: Expense expense-1 to approve: 42.00 EUR") == 1, worker_output
     assert "Traceback" not in worker_output, worker_output
     (server_output,) = [output for line, output in outputs.items() if "runserver" in line]
     assert "Traceback" not in server_output, server_output
@@ -244,8 +252,7 @@ def approve_in_the_admin(shell: Shell, command: str, port: int) -> None:
     browser = Browser(f"http://127.0.0.1:{port}")
 
     login = browser.get("/admin/login/?next=/admin/")
-    tutorial = TUTORIAL.read_text()
-    username, password = re.search(r"log in as `(\w+)`, password `(\w+)`", tutorial).groups()
+    username, password = tutorial_login()
     browser.post("/admin/login/?next=/admin/",
                  {**hidden_fields(login), "username": username, "password": password}, "/admin/login/")
 
@@ -266,3 +273,43 @@ def approve_in_the_admin(shell: Shell, command: str, port: int) -> None:
 
     project = shell.cwd
     wait_until(lambda: status_of(shell, project) == "complete", what="the instance to complete")
+
+
+def tutorial_login() -> tuple[str, str]:
+    return re.search(r"log in as `(\w+)`, password `(\w+)`", TUTORIAL.read_text()).groups()
+
+
+def see_the_expense_in_chromium(chromium: str, port: int) -> None:
+    """Once the instance is complete: the expense's page, reached from the admin's home page, shows it
+    paid and lists its instance, complete, with a link that leads to the instance's timeline."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base = f"http://127.0.0.1:{port}"
+    username, password = tutorial_login()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{base}/admin/login/?next=/admin/")
+            page.fill("#id_username", username)
+            page.fill("#id_password", password)
+            page.click("input[type=submit]")
+            page.locator("tr.model-expense th a", has_text="Expenses").click()
+            page.locator("#result_list a", has_text="Train to Lyon").click()
+            expect(page).to_have_url(f"{base}/admin/expenses/expense/1/change/")
+            expect(page.locator("#id_status")).to_have_value("paid")
+            expect(page.locator("#id_payment_reference")).to_have_value("PAY-expense-1")
+
+            inline = page.locator(".inline-group", has_text="Workflow instances")
+            (row,) = inline.locator("tbody tr", has=page.locator("td.field-instance")).all()
+            expect(row.locator("td.field-workflow_name")).to_have_text("expense-approval")
+            expect(row.locator("td.field-status_shown")).to_have_text("Complete")
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=SCREENSHOTS / "tutorial-expense.png", full_page=True)
+
+            row.locator("td.field-instance a", has_text="expense-1").click()
+            expect(page).to_have_url(re.compile(rf"^{base}/admin/django_workflows/instance/\d+/change/$"))
+            expect(page.locator("#content")).to_contain_text("expense-1")
+            expect(page.locator("svg.dw-timeline")).to_be_visible()
+        finally:
+            browser.close()

@@ -29,7 +29,7 @@ from django_workflows.errors import (
     StepNotFound,
 )
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.options import WorkflowOptions
+from django_workflows.options import WorkflowOptions, place
 from django_workflows.serialization import NotJournalable, dump
 from django_workflows.store import inbox, steering
 from django_workflows.transitions import TRANSITIONS
@@ -38,7 +38,7 @@ from django_workflows.tags import validate_tags
 from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 100
-BATCH_KEYS = ("id", "params", "retention", "subject", "tags")
+BATCH_KEYS = ("id", "params", "retention", "subject", "tags", "priority", "queue")
 
 MAX_RETENTION = timedelta(days=365)
 """The longest retention an instance may choose for itself (``create(retention=...)``)."""
@@ -104,21 +104,24 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.name}>"
 
-    def _new_instance(self, instance_id, params, retention=None, subject=None) -> Instance:
+    def _new_instance(self, instance_id, params, retention=None, subject=None, tags=None, priority=None,
+                      queue=None) -> Instance:
         instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
-        params = _check_params(instance_id, params)
+        stored = _check_params(instance_id, params)
         kept = parse_retention(retention)
         subject_type, subject_id = (None, None) if subject is None else subjects.subject_of(subject)
         now = clock.now()
-        return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
+        placement = place(self.workflow_class, params, tags, now, priority=priority, queue=queue)
+        return Instance(workflow_name=self.name, instance_id=instance_id, params=stored,
                         status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
                         success_retention=kept.get("success"), error_retention=kept.get("error"),
                         version=WorkflowOptions.of(self.workflow_class).version,
-                        subject_type=subject_type, subject_id=subject_id)
+                        subject_type=subject_type, subject_id=subject_id, **placement.fields())
 
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
                retention: dict | None = None, *, subject: Any = None,
-               tags: dict[str, str] | None = None) -> InstanceHandle:
+               tags: dict[str, str] | None = None, priority: int | None = None,
+               queue: str | None = None) -> InstanceHandle:
         """Create an instance and queue its first replay. An id that exists is an error.
 
         ``retention`` chooses how long the instance is kept once it has finished, by how it ended,
@@ -137,10 +140,14 @@ class WorkflowHandle:
         ``Instance.objects.for_subject(order)`` finds it, and so do the admin's ``WorkflowInstancesInline``
         on the order's page and the API's ``?subject=shop.order:42``. ``tags`` are short strings it is
         searched by, ``{"tenant": "acme"}`` (``django_workflows.tags``); ``step.set_tags`` adds more.
-        A subject or tags it cannot take raise ``InvalidSubject`` / ``InvalidTags`` and create nothing."""
+        A subject or tags it cannot take raise ``InvalidSubject`` / ``InvalidTags`` and create nothing.
+
+        ``priority`` (0 to 9, higher first) and ``queue`` override the workflow class's
+        (``django_workflows.routing``); a value out of range, or a queue the project does not have, raises
+        ``InvalidParams``, as do params without the key of a keyed limit, and create nothing."""
         checked_tags = {key: value for key, value in validate_tags(tags, "create(tags=...)").items()
                         if value is not None}
-        instance = self._new_instance(id, params, retention, subject)
+        instance = self._new_instance(id, params, retention, subject, checked_tags, priority, queue)
         try:
             steering.insert(instance, checked_tags)
         except IntegrityError:
@@ -171,10 +178,11 @@ class WorkflowHandle:
                 raise InvalidParams(f"Each batch item must be a dict with {', '.join(map(repr, BATCH_KEYS))} "
                                     f"(each optional), got {item!r}")
             item_tags = validate_tags(item.get("tags"), "create_batch(tags=...)")
+            kept_tags = {key: value for key, value in item_tags.items() if value is not None}
             instance = self._new_instance(item.get("id"), item.get("params"), item.get("retention"),
-                                          item.get("subject"))
+                                          item.get("subject"), kept_tags, item.get("priority"), item.get("queue"))
             instances.append(instance)
-            tags[instance.instance_id] = {key: value for key, value in item_tags.items() if value is not None}
+            tags[instance.instance_id] = kept_tags
         ids = [instance.instance_id for instance in instances]
         if len(set(ids)) != len(ids):
             raise InvalidParams("The batch repeats an instance id; each id may appear once.")

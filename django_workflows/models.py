@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Self
 
@@ -10,66 +10,15 @@ from django.contrib.contenttypes.fields import GenericForeignKey
 from django.db import models
 from django.db.models import Count, F, Q
 
-from django_workflows import subjects
+# Defined in a module of their own; projects and the package import them from here too.
+from django_workflows.instance_queries import InstanceQuerySet as InstanceQuerySet
+from django_workflows.instance_queries import with_tags as with_tags
 from django_workflows.lookups import HoldsAnyOf
 # Defined beside the models at first: projects and the package import them from here too.
 from django_workflows.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
 from django_workflows.statuses import FINISHED_STATUSES as FINISHED_STATUSES
 from django_workflows.statuses import MARKER_KINDS as MARKER_KINDS
 from django_workflows.statuses import InstanceStatus, ParentEndPolicy, StepKind, StepStatus
-
-
-class InstanceQuerySet(models.QuerySet):
-    def for_workflow(self, name: str) -> Self:
-        return self.filter(workflow_name=name)
-
-    def for_steering(self) -> Self:
-        """Only what names each instance (its pk, workflow and id): enough to steer it by its handle."""
-        return self.only("pk", "instance_id", "workflow_name")
-
-    def due(self, now: datetime) -> Self:
-        """Waiting instances whose wake time has come."""
-        return self.filter(status=InstanceStatus.WAITING, wake_at__lte=now)
-
-    def expired_leases(self, now: datetime) -> Self:
-        return self.filter(
-            status__in=(InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE), lease_expires_at__lt=now
-        )
-
-    def stale_queued(self, before: datetime) -> Self:
-        """Queued instances untouched since ``before``: their replay task may have been lost."""
-        return self.filter(status=InstanceStatus.QUEUED, updated_at__lt=before)
-
-    def waiting_for_any(self, types_by_workflow: Mapping[str, Iterable[str]]) -> Self:
-        """Instances waiting for an event of a type listed for their workflow in ``types_by_workflow``
-        (``{workflow name: event types}``). A wait may name several types; one listed is enough."""
-        listed = Q(pk__in=[])
-        for workflow_name, types in types_by_workflow.items():
-            if types:
-                listed |= Q(workflow_name=workflow_name, waiting_for__holds_any_of=sorted(types))
-        return self.filter(listed, status=InstanceStatus.WAITING)
-
-    def for_subject(self, subject) -> Self:
-        """The instances bound to ``subject`` (``create(subject=order)``): a model instance, or its
-        reference ``"app_label.model:pk"``."""
-        content_type, pk = subjects.find(subject)
-        return self.filter(subject_type=content_type, subject_id=pk)
-
-    def tagged(self, tags) -> Self:
-        """The instances that hold every tag of ``tags`` (``{"tenant": "acme"}``)."""
-        return self.filter(with_tags(tags))
-
-
-def with_tags(tags) -> Q:
-    """The instances holding every tag of ``tags``, as a filter on ``Instance``: for ``tagged()``, and
-    for an ``INSTANCE_ACCESS`` rule (``with_tags({"tenant": user.profile.tenant})``). A subquery per tag
-    rather than a join, so that it never repeats an instance, combined with ``|`` or ``&`` as any Q."""
-    from django_workflows.tags import validate_tags
-
-    condition = Q()
-    for key, value in validate_tags(tags, "tag filter").items():
-        condition &= Q(pk__in=InstanceTag.objects.filter(key=key, value=value).values("instance_id"))
-    return condition
 
 
 class Instance(models.Model):
@@ -157,6 +106,23 @@ class Instance(models.Model):
     )
     subject = GenericForeignKey("subject_type", "subject_id")
 
+    # Where and in what order it runs (django_workflows.routing), and what its workflow's keyed limits
+    # count it with (django_workflows.limits). db_default as well, as for terminating: a worker of the
+    # previous release inserts instances without them. turn_at is left NULL by such a worker (it has
+    # no constant default): the claim then orders that instance by nothing but its delivery.
+    queue = models.CharField(max_length=64, default="default", db_default="default",
+                             help_text="The queue its replays are routed to: only workers serving it run it.")
+    priority = models.PositiveSmallIntegerField(
+        default=0, db_default=0, help_text="0 to 9: a queued instance of higher priority starts first.")
+    turn_at = models.DateTimeField(
+        null=True, blank=True, default=None,
+        help_text="Its place among the queued instances of its queue: its creation brought forward by "
+                  "PRIORITY_AGING_SECONDS per point of priority.")
+    limit_key = models.CharField(
+        max_length=255, blank=True, default="", db_default="",
+        help_text="What its workflow's keyed concurrency and rate limits count it by (a customer, a "
+                  "tenant); empty when they are not keyed.")
+
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     epoch = models.PositiveBigIntegerField(
@@ -213,6 +179,15 @@ class Instance(models.Model):
             models.Index(fields=["workflow_name", "status", "created_at"], name="dw_instance_by_age"),
             # A workflow's starts, most recent first: the claim's check of its rate limit.
             models.Index(fields=["workflow_name", "started_at"], name="dw_instance_starts"),
+            # The same two per limit key, for keyed limits: the instances of one (workflow, key) by
+            # status in their turn (the claim's count of those holding a slot or queued ahead, the
+            # hand-on's next ones), and its starts (the claim's check of a keyed rate limit).
+            models.Index(fields=["workflow_name", "limit_key", "status", "turn_at"], name="dw_instance_key_turns"),
+            models.Index(fields=["workflow_name", "limit_key", "started_at"], name="dw_instance_key_starts"),
+            # A queue's queued instances of a higher priority than one claimed, in their turn: the
+            # claim's look for one to start instead. Partial: only queued instances are looked for.
+            models.Index(fields=["status", "queue", "priority", "turn_at"], name="dw_instance_queue_turns",
+                         condition=Q(status=InstanceStatus.QUEUED)),
             # The admin's filter by version: the versions a workflow's instances were created under, and
             # its instances of one of them.
             models.Index(fields=["workflow_name", "version"], name="dw_instance_version"),

@@ -736,3 +736,7 @@ class SlowSlotted(WorkflowEntrypoint):
         # even on a loaded machine: the test checks the limit was reached, not only never passed.
         step.do("work", lambda: time.sleep(0.15) or 1)
         return step.do("more", lambda: time.sleep(0.15) or 2)
+
+
+# Keyed limits, priorities and queues, in a module of their own.
+from tests.testapp import flow_control  # noqa: E402, F401

@@ -239,3 +239,41 @@ def test_a_claim_takes_at_most_four_statements(workflows_env, name, create, most
     handle = workflows.get(name).create(**create)
     statements = _claim_statements(workflows_env, handle)
     assert len(statements) <= most, statements
+
+
+# -- routing to django-q2 ---------------------------------------------------------------------------
+
+def test_the_django_q2_executor_enqueues_each_replay_on_its_queue_s_list(db):
+    from django_q.conf import Conf
+    from django_q.models import OrmQ
+
+    from django_workflows.executors.q2 import DjangoQExecutor
+
+    ordinary = workflows.get("errand").create()
+    heavy = workflows.get("heavy-lifting").create()
+    OrmQ.objects.all().delete()
+    DjangoQExecutor().enqueue_replays([ordinary.pk, heavy.pk])
+    assert sorted(OrmQ.objects.values_list("key", flat=True)) == sorted([Conf.CLUSTER_NAME,
+                                                                        f"{Conf.CLUSTER_NAME}.heavy"])
+
+
+def test_a_worker_of_several_queues_takes_from_each_of_their_lists(db):
+    from django_q.brokers.redis_broker import Redis
+    from django_q.conf import Conf
+
+    from django_workflows import queue_broker
+    from django_workflows.broker import ORMBroker
+
+    assert queue_broker.for_queues(("default",)) is None  # django-q2's own, as before queues
+    broker = queue_broker.for_queues(("heavy", "default"))
+    assert isinstance(broker, ORMBroker)
+    assert broker.list_keys == [f"{Conf.CLUSTER_NAME}.heavy", Conf.CLUSTER_NAME]
+    broker.enqueue("heavy-task")
+    other = ORMBroker(list_key=Conf.CLUSTER_NAME)
+    other.enqueue("default-task")
+    ORMBroker(list_key="somebody-else").enqueue("not-ours")
+    taken = [payload for _ in range(3) for _, payload in broker._claim()]  # as many claims as its batch needs
+    assert sorted(taken) == ["default-task", "heavy-task"]
+    redis = queue_broker.RedisQueues([f"{Conf.CLUSTER_NAME}.heavy", Conf.CLUSTER_NAME])
+    assert redis.list_keys == [Redis(list_key=f"{Conf.CLUSTER_NAME}.heavy").list_key,
+                               Redis(list_key=Conf.CLUSTER_NAME).list_key]

@@ -88,15 +88,22 @@ class DjangoQExecutor(BaseExecutor):
         return uses_orm_broker() and q_cluster()["orm"] == router.db_for_write(Instance)
 
     def enqueue_replay(self, instance_pk: int) -> None:
-        self.enqueue_replays([instance_pk])
+        from django_q.tasks import async_task
+
+        [(queue, _)] = by_queue([instance_pk]).items()
+        # save=False: a replay's outcome lives in the workflow tables, not in django-q2's results.
+        async_task(REPLAY_TASK, instance_pk, task_name=f"replay-{instance_pk}", group=TASK_GROUP,
+                   save=False, ack_failure=True, cluster=q2_conf.list_key(queue))
 
     def enqueue_replays(self, instance_pks: list[int]) -> None:
         from django_q.tasks import async_task
 
+        if len(instance_pks) == 1:
+            self.enqueue_replay(instance_pks[0])
+            return
         for queue, pks in by_queue(instance_pks).items():
             cluster = q2_conf.list_key(queue)
             for chunk in batches(pks):
-                # save=False: a replay's outcome lives in the workflow tables, not in django-q2's results.
                 if len(chunk) == 1:
                     async_task(REPLAY_TASK, chunk[0], task_name=f"replay-{chunk[0]}", group=TASK_GROUP,
                                save=False, ack_failure=True, cluster=cluster)

@@ -112,8 +112,9 @@ def sweep(now: datetime | None = None) -> int:
         # Only those this process could run: an instance of a class it does not know (a rolling deploy) or
         # of a queue it does not serve is left to the sweeps of the workers that can run it.
         left_queued = Instance.objects.stale_queued(before).filter(workflow_name__in=registry.names())
-        if routing.served() is not None:
-            left_queued = left_queued.filter(queue__in=routing.served())
+        served = routing.served()
+        if served is not None:
+            left_queued = left_queued.filter(queue__in=served)
         if slotted:
             left_queued = left_queued.exclude(workflow_name__in=slotted)
         stale = list(

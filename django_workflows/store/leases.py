@@ -186,7 +186,8 @@ def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, con
     ops = connection.ops
     table = ops.quote_name(Instance._meta.db_table)
     queued = InstanceStatus.QUEUED.value
-    target, target_params = "%s", [instance_pk]
+    target = "%s"
+    target_params: list[Any] = [instance_pk]
     if prefer is not None:
         target = f"COALESCE({_preferred_sql(table, prefer, connection.vendor == 'postgresql')}, %s)"
         target_params = [instance_pk, queued, *prefer.params, queued, *prefer.params, instance_pk]

@@ -2,13 +2,10 @@
 workflows.py that failed to import) waits, says why, and resumes once a worker knows the class."""
 
 import io
-import json
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
-from rest_framework.test import APIClient
 
 from django_workflows import WorkflowEntrypoint, checks, workflows
 from django_workflows.definition import registry

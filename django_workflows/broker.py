@@ -36,6 +36,9 @@ _LONGEST_WAIT = 0.5
 class ORMBroker(ORM):
     def __init__(self, list_key: str | None = None):
         super().__init__(list_key=list_key)
+        # The lists it takes tasks from: its own, and those of the other queues its worker serves
+        # (django_workflows.queue_broker).
+        self.list_keys: list[str] = [self.list_key]
         self._watcher: changes.ChangeWatcher | None = None
         self._look_at = 0.0  # monotonic time of the next look at the table, changed or not
 
@@ -55,7 +58,7 @@ class ORMBroker(ORM):
         return None
 
     def _claim(self) -> list:
-        """Lock up to ``bulk`` available tasks for this cluster, oldest first, in one statement; of
+        """Lock up to ``bulk`` available tasks of its lists for this cluster, oldest first, in one statement; of
         several clusters sharing the queue, each task goes to one (SKIP LOCKED on PostgreSQL; SQLite
         has one writer at a time)."""
         queue = self.get_connection()
@@ -66,9 +69,10 @@ class ORMBroker(ORM):
         now = timezone.now()
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {table} SET {lock} = %s WHERE id IN (SELECT id FROM {table} WHERE {key} = %s "
-                f"AND {lock} < %s ORDER BY id LIMIT %s{skip_locked}) RETURNING id, payload",
-                [ops.adapt_datetimefield_value(now + timedelta(seconds=Conf.RETRY)), self.list_key,
+                f"UPDATE {table} SET {lock} = %s WHERE id IN (SELECT id FROM {table} WHERE {key} IN "
+                f"({', '.join(['%s'] * len(self.list_keys))}) AND {lock} < %s ORDER BY id LIMIT %s{skip_locked}) "
+                "RETURNING id, payload",
+                [ops.adapt_datetimefield_value(now + timedelta(seconds=Conf.RETRY)), *self.list_keys,
                  ops.adapt_datetimefield_value(now), Conf.BULK],
             )
             return sorted(cursor.fetchall())

@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import F, Q
 
-from django_workflows import processes
+from django_workflows import processes, routing
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
 from django_workflows.store import holders
@@ -76,6 +76,8 @@ class ClusterProcess:
 
     def start(self) -> None:
         from django_q.cluster import Cluster
+
+        from django_workflows import queue_broker
         from django_q.conf import Conf
 
         if self.workers:
@@ -85,7 +87,8 @@ class ClusterProcess:
         connections.close_all()
         _cluster_dies_with_its_parents()
         handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-        self.cluster = Cluster()
+        served = routing.served()
+        self.cluster = Cluster(broker=None if served is None else queue_broker.for_queues(served))
         # django-q2's Cluster installs its own handlers; the worker's come first.
         signal.signal(signal.SIGTERM, handlers[0])
         signal.signal(signal.SIGINT, handlers[1])

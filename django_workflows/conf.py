@@ -83,6 +83,12 @@ DEFAULTS: dict[str, Any] = {
     "REPLAY_THREADS": 4,
     # Seconds between sweeps for expired leases and lost replay tasks.
     "SWEEP_INTERVAL": 5.0,
+    # Seconds of waiting worth one point of priority: an instance's turn is its creation brought forward
+    # by this per point (django_workflows.routing), so a low priority never starves behind high ones.
+    "PRIORITY_AGING_SECONDS": 60.0,
+    # Queues beyond 'default' and those workflow classes name (queue = "heavy") that create(queue=...)
+    # may route an instance to; workflows_worker --queues picks the ones a worker serves.
+    "QUEUES": [],
     # Seconds an instance may stay queued before the sweeper enqueues its replay again.
     "REDISPATCH_SECONDS": 60,
     # Seconds without a heartbeat before the health check calls a worker dead.

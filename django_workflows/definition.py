@@ -101,7 +101,10 @@ class WorkflowEntrypoint:
     ``django_workflows.cron``).
     ``concurrency`` bounds how many of its instances run at once across every worker (the others
     stay queued, oldest first); ``rate_limit`` ("100/minute", per second, minute or hour) bounds its
-    starts in any sliding window of that length (``django_workflows.limits``).
+    starts in any sliding window of that length (``django_workflows.limits``); either may be keyed,
+    ``{"limit": 2, "key": "params.customer_id"}``, to hold per customer.
+    ``priority`` (0 to 9, higher first) orders the instances waiting to start in a queue, and ``queue``
+    names the queue its replays are routed to (``workflows_worker --queues``; ``django_workflows.routing``).
     ``timeout`` ("7 days", milliseconds or a timedelta) gives each instance a deadline, fixed when it is
     created: past it the instance ends errored with ``WorkflowTimeoutError`` (``django_workflows.deadlines``);
     ``create(timeout=...)`` overrides it for one instance.
@@ -117,8 +120,10 @@ class WorkflowEntrypoint:
     schedules: ClassVar[Sequence[str]] = ()
     schedule_timezone: ClassVar[str] = "UTC"
     schedule_catch_up: ClassVar[str] = "latest"
-    concurrency: ClassVar[int | None] = None
-    rate_limit: ClassVar[str | None] = None
+    concurrency: ClassVar[int | dict[str, Any] | None] = None
+    rate_limit: ClassVar[str | dict[str, Any] | None] = None
+    priority: ClassVar[int] = 0
+    queue: ClassVar[str] = "default"
     timeout: ClassVar[int | float | str | timedelta | None] = None
     abstract: ClassVar[bool] = True
 

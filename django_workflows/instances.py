@@ -11,12 +11,11 @@ Each method that touches the database has an async twin (``acreate``, ``astatus`
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.db import IntegrityError, router
 
-from django_workflows import clock, deadlines, declared_events, lifecycle, sending, signals, starts, subjects
+from django_workflows import clock, declared_events, lifecycle, sending, signals, starts
 from django_workflows.async_client import AsyncInstanceMethods, AsyncWorkflowMethods
 from django_workflows.conf import workflow_settings
 from django_workflows.definition import registry
@@ -27,13 +26,12 @@ from django_workflows.errors import (
     InstanceNotFound,
     InvalidParams,
     InvalidTransition,
-    ParamsTooLarge,
     StepNotFound,
 )
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.instance_retention import parse_retention
+from django_workflows.new_instances import check_params, new_instance, starting_at
 from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, dump, revive
+from django_workflows.serialization import revive
 from django_workflows.store import debounce as debouncing
 from django_workflows.store import inbox, steering
 from django_workflows.store import progress as instance_progress
@@ -43,16 +41,7 @@ from django_workflows.tags import validate_tags
 from django_workflows.validation import validate_instance_id, validate_step_name
 
 MAX_BATCH = 100
-BATCH_KEYS = ("id", "params", "retention", "subject", "tags", "timeout")
-
-def _check_params(instance_id: str, params) -> Any:
-    """``params`` as the instance stores them (typed values in the journal's tagged form)."""
-    try:
-        return dump(params, workflow_settings.MAX_PARAMS_SIZE)[1]
-    except NotJournalable as exc:
-        refusal = ParamsTooLarge if exc.too_large else InvalidParams
-        raise refusal(f"The params of instance {instance_id!r} {exc}", too_large=exc.too_large) from None
-
+BATCH_KEYS = ("id", "params", "retention", "subject", "tags", "timeout", "priority", "queue")
 
 class WorkflowHandle(AsyncWorkflowMethods):
     """One workflow, by name: create instances of it and look them up."""
@@ -64,24 +53,11 @@ class WorkflowHandle(AsyncWorkflowMethods):
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.name}>"
 
-    def _new_instance(self, instance_id, params, retention=None, subject=None, timeout=None) -> Instance:
-        instance_id = str(uuid.uuid4()) if instance_id is None else validate_instance_id(instance_id)
-        params = _check_params(instance_id, params)
-        kept = parse_retention(retention)
-        subject_type, subject_id = (None, None) if subject is None else subjects.subject_of(subject)
-        options = WorkflowOptions.of(self.workflow_class)
-        own_timeout = options.timeout if timeout is None else deadlines.parse_timeout(timeout, "timeout")
-        now = clock.now()
-        return Instance(workflow_name=self.name, instance_id=instance_id, params=params,
-                        status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
-                        success_retention=kept.get("success"), error_retention=kept.get("error"),
-                        version=options.version, subject_type=subject_type, subject_id=subject_id,
-                        timeout=own_timeout, deadline=deadlines.deadline_after(now, own_timeout))
-
     def create(self, id: str | None = None, params: Any = None,  # noqa: A002
                retention: dict | None = None, *, subject: Any = None,
                tags: dict[str, str] | None = None, timeout: Any = None, start_at: Any = None,
-               start_in: Any = None, debounce: dict | None = None) -> InstanceHandle:
+               start_in: Any = None, debounce: dict | None = None, priority: int | None = None,
+               queue: str | None = None) -> InstanceHandle:
         """Create an instance and queue its first replay. An id that exists is an error.
 
         ``retention`` chooses how long the instance is kept once it has finished, by how it ended,
@@ -112,16 +88,17 @@ class WorkflowHandle(AsyncWorkflowMethods):
         "period": "30 seconds"}`` collapses the triggers of one key: the first creates a scheduled
         instance, each within ``period`` of the last joins it (its params win, or ``"merge"``'s) and moves
         its start to ``period`` after itself (``"max_wait"`` caps it); the handle is that instance's,
-        ``joined`` true for a trigger that joined (docs/how-to/delayed-start-and-debounce.md)."""
+        ``joined`` true for a trigger that joined (docs/how-to/delayed-start-and-debounce.md).
+
+        ``priority`` (0 to 9, higher first) and ``queue`` override the workflow class's
+        (``django_workflows.routing``); a value out of range, or a queue the project does not have, raises
+        ``InvalidParams``, as do params without the key of a keyed limit, and create nothing."""
         checked_tags = {key: value for key, value in validate_tags(tags, "create(tags=...)").items()
                         if value is not None}
         start = starts.read_start(start_at, start_in, debounce, instance_id=id)
-        instance = self._new_instance(id, params, retention, subject, timeout)
-        instance.wake_at = start.wake_at(instance.created_at)
-        if instance.wake_at is not None:
-            instance.status = InstanceStatus.SCHEDULED
-            # The deadline counts from the start: the time before it is not the instance's to use.
-            instance.deadline = deadlines.deadline_after(instance.wake_at, instance.timeout)
+        instance = new_instance(self.workflow_class, self.name, id, params, retention, subject, timeout,
+                                checked_tags, priority, queue)
+        starting_at(instance, start.wake_at(instance.created_at))
         if start.debounce is not None:
             return self._trigger(instance, checked_tags, start.debounce, params)
         try:
@@ -143,7 +120,7 @@ class WorkflowHandle(AsyncWorkflowMethods):
         merge, user_merge = None, debounce.merge
         if user_merge is not None:
             def merge(stored: Any) -> Any:
-                return _check_params(instance.instance_id, user_merge(revive(stored), params))
+                return check_params(instance.instance_id, user_merge(revive(stored), params))
         pk, instance_id, joined = debouncing.trigger(instance, tags, debounce.period, debounce.max_wait, merge,
                                                      instance.created_at)
         handle = InstanceHandle.from_row(self.name, instance_id, pk, self.workflow_class)
@@ -172,10 +149,12 @@ class WorkflowHandle(AsyncWorkflowMethods):
                 raise InvalidParams(f"Each batch item must be a dict with {', '.join(map(repr, BATCH_KEYS))} "
                                     f"(each optional), got {item!r}")
             item_tags = validate_tags(item.get("tags"), "create_batch(tags=...)")
-            instance = self._new_instance(item.get("id"), item.get("params"), item.get("retention"),
-                                          item.get("subject"), item.get("timeout"))
+            kept_tags = {key: value for key, value in item_tags.items() if value is not None}
+            instance = new_instance(self.workflow_class, self.name, item.get("id"), item.get("params"),
+                                    item.get("retention"), item.get("subject"), item.get("timeout"), kept_tags,
+                                    item.get("priority"), item.get("queue"))
             instances.append(instance)
-            tags[instance.instance_id] = {key: value for key, value in item_tags.items() if value is not None}
+            tags[instance.instance_id] = kept_tags
         ids = [instance.instance_id for instance in instances]
         if len(set(ids)) != len(ids):
             raise InvalidParams("The batch repeats an instance id; each id may appear once.")

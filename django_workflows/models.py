@@ -12,7 +12,7 @@ from django.db.models import Count, F, Q
 # The queries on instances live in a module of their own; projects import them from here.
 from django_workflows.instance_queries import InstanceQuerySet as InstanceQuerySet
 from django_workflows.instance_queries import with_tags as with_tags
-from django_workflows.inbox_queries import EventQuerySet
+from django_workflows.inbox_queries import EventQuerySet as EventQuerySet
 from django_workflows.lookups import HoldsAnyOf
 # Defined beside the models at first: projects and the package import them from here too.
 from django_workflows.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
@@ -139,6 +139,23 @@ class Instance(models.Model):
     )
     subject = GenericForeignKey("subject_type", "subject_id")
 
+    # Where and in what order it runs (django_workflows.routing), and what its workflow's keyed limits
+    # count it with (django_workflows.limits). db_default as well, as for terminating: a worker of the
+    # previous release inserts instances without them. turn_at is left NULL by such a worker (it has
+    # no constant default): the claim then orders that instance by nothing but its delivery.
+    queue = models.CharField(max_length=64, default="default", db_default="default",
+                             help_text="The queue its replays are routed to: only workers serving it run it.")
+    priority = models.PositiveSmallIntegerField(
+        default=0, db_default=0, help_text="0 to 9: a queued instance of higher priority starts first.")
+    turn_at = models.DateTimeField(
+        null=True, blank=True, default=None,
+        help_text="Its place among the queued instances of its queue: its creation brought forward by "
+                  "PRIORITY_AGING_SECONDS per point of priority.")
+    limit_key = models.CharField(
+        max_length=255, blank=True, default="", db_default="",
+        help_text="What its workflow's keyed concurrency and rate limits count it by (a customer, a "
+                  "tenant); empty when they are not keyed.")
+
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     epoch = models.PositiveBigIntegerField(
@@ -202,6 +219,15 @@ class Instance(models.Model):
             models.Index(fields=["workflow_name", "status", "created_at"], name="dw_instance_by_age"),
             # A workflow's starts, most recent first: the claim's check of its rate limit.
             models.Index(fields=["workflow_name", "started_at"], name="dw_instance_starts"),
+            # The same two per limit key, for keyed limits: the instances of one (workflow, key) by
+            # status in their turn (the claim's count of those holding a slot or queued ahead, the
+            # hand-on's next ones), and its starts (the claim's check of a keyed rate limit).
+            models.Index(fields=["workflow_name", "limit_key", "status", "turn_at"], name="dw_instance_key_turns"),
+            models.Index(fields=["workflow_name", "limit_key", "started_at"], name="dw_instance_key_starts"),
+            # A queue's queued instances of a higher priority than one claimed, in their turn: the
+            # claim's look for one to start instead. Partial: only queued instances are looked for.
+            models.Index(fields=["status", "queue", "priority", "turn_at"], name="dw_instance_queue_turns",
+                         condition=Q(status=InstanceStatus.QUEUED)),
             # The admin's filter by version: the versions a workflow's instances were created under, and
             # its instances of one of them.
             models.Index(fields=["workflow_name", "version"], name="dw_instance_version"),
@@ -323,7 +349,7 @@ class Event(models.Model):
         help_text="For a signed webhook, a digest of its signature: the same delivery is stored once.",
     )
 
-    objects = EventQuerySet.as_manager()
+    objects = models.Manager.from_queryset(EventQuerySet)()
 
     class Meta:
         ordering = ["received_at", "id"]

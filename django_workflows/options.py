@@ -1,33 +1,30 @@
 """A workflow class's options, read once: what its ``step_limit``, ``cpu_time_limit``, ``version``,
 ``name``, ``approvals``, ``events``, ``schedules`` (with ``schedule_timezone`` and ``schedule_catch_up``),
-``concurrency``, ``rate_limit`` and ``timeout`` come to, and what is wrong with them.
+``concurrency`` and ``rate_limit`` (with their keys), ``priority``, ``queue`` and ``timeout`` come to,
+and what is wrong with them.
 
 ``WorkflowOptions.of(cls)`` reads a class's attributes the first time it is asked, as a Django model has
-its ``_meta``, and keeps the result on the class; registering the class again reads them again. Every
-reader takes its values from here (the replay, the claim, the worker's schedules, create, the senders of
-events, ``describe``), and the system checks report its ``problems``: what one reader is told is what
-every other is, and what ``manage.py check`` says.
+its ``_meta``, and keeps it on the class (registering the class again reads them again). Every reader
+takes its values from here (the replay, the claim, the schedules, create, the senders of events,
+``describe``) and the system checks report its ``problems``: every reader is told the same.
 
 A value the checks refuse never stops the registry from loading. Where one can be done without, it is
 left out, as if not declared (the setting or no limit applies); where it cannot (the CPU time limit a
 replay runs under, the version an instance records), reading it raises the check's complaint.
 
 The values that follow a setting when the class gives none (the step limit, the CPU time limit, the
-version) read the setting each time they are asked, so that a settings change (``override_settings``)
-is seen without reading the class again.
+version) read the setting each time, so that ``override_settings`` is seen without reading it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.core.checks import Error
 
-from django_workflows import deadlines, event_rules, limits
-
-from django_workflows import cron
+from django_workflows import cron, deadlines, event_rules, limits, routing
 from django_workflows.conf import HARD_STEP_LIMIT, MAX_CPU_TIME_LIMIT, workflow_settings
 from django_workflows.definition import OPTIONS_ATTRIBUTE, WorkflowEntrypoint, registry
 from django_workflows.durations import parse_duration
@@ -120,6 +117,16 @@ class WorkflowOptions:
         self.limits = self._read_limits(workflow_class.concurrency, workflow_class.rate_limit)
         self.timeout = self._read_timeout(workflow_class.timeout)
         """The deadline a new instance is given, from its creation; None: none (or check E037 refuses it)."""
+        self.priority: int = self._read_limit(
+            routing.parse_priority, "priority", workflow_class.priority, "priority 0",
+            "priority = 5 starts its instances before those of lower priority in the same queue.",
+            id="django_workflows.E042") or routing.LOWEST_PRIORITY
+        """The priority of a new instance that create() gives none."""
+        self.queue: str = self._read_limit(
+            routing.parse_queue, "queue", workflow_class.queue, "the 'default' queue",
+            "queue = 'heavy' routes its replays to workers started with --queues heavy.",
+            id="django_workflows.E043") or routing.DEFAULT_QUEUE
+        """The queue of a new instance that create() gives none."""
 
     @classmethod
     def of(cls, workflow_class: type[WorkflowEntrypoint]) -> WorkflowOptions:
@@ -288,18 +295,44 @@ class WorkflowOptions:
 
     def _read_limits(self, concurrency: Any, rate_limit: Any) -> limits.WorkflowLimits | None:
         """The class's limits, or None when it declares none: a value that check E026/E027 refuses is
-        left out, as if not declared."""
+        left out, as if not declared, and so is a key that check E041 refuses (with its limit)."""
+        concurrency, concurrency_key = self._read_key("concurrency", concurrency)
+        rate_limit, rate_key = self._read_key("rate_limit", rate_limit)
+        if concurrency_key and rate_key and concurrency_key.declared != rate_key.declared:
+            self.problems.append(Error(
+                f"{self.where}: concurrency is keyed by {concurrency_key} and rate_limit by {rate_key}; an "
+                "instance has one limit key. Until it is fixed, neither limit applies to its instances.",
+                hint="Key both limits alike, or leave the key out of one (that limit then counts every "
+                     "instance of the workflow).", id="django_workflows.E041"))
+            return None
         concurrency = self._read_limit(
             limits.parse_concurrency, "concurrency", concurrency, "no concurrency limit",
-            "concurrency = 10 runs at most 10 instances of the workflow at once, across every worker.",
+            "concurrency = 10 runs at most 10 instances of the workflow at once, across every worker; "
+            "{'limit': 2, 'key': 'params.customer_id'}, at most 2 per customer.",
             id="django_workflows.E026")
         rate = self._read_limit(
             limits.parse_rate_limit, "rate_limit", rate_limit, "no rate limit",
-            "rate_limit = '100/minute' starts at most 100 instances in any minute ('/second' and '/hour' too).",
+            "rate_limit = '100/minute' starts at most 100 instances in any minute ('/second' and '/hour' too); "
+            "{'limit': '100/minute', 'key': 'params.customer_id'}, per customer.",
             id="django_workflows.E027")
         if concurrency is None and rate is None:
             return None
-        return limits.WorkflowLimits(concurrency, rate)
+        concurrency_keyed = concurrency is not None and concurrency_key is not None
+        rate_keyed = rate is not None and rate_key is not None
+        key = concurrency_key if concurrency_keyed else rate_key if rate_keyed else None
+        return limits.WorkflowLimits(concurrency, rate, key, concurrency_keyed, rate_keyed)
+
+    def _read_key(self, attribute: str, value: Any) -> tuple[Any, limits.LimitKey | None]:
+        """The class's ``attribute`` split into its limit and its key (``{"limit": 2, "key": ...}``); a
+        form check E041 refuses leaves the limit out."""
+        try:
+            return limits.split_keyed(value, f"{self.where}.{attribute}")
+        except WorkflowConfigError as exc:
+            self.problems.append(Error(
+                f"{exc}. Until it is fixed, no {attribute} applies to its instances.",
+                hint=f"{attribute} = {{'limit': ..., 'key': 'params.customer_id'}}, or a callable "
+                     "(params, tags) -> key for 'key'.", id="django_workflows.E041"))
+            return None, None
 
     def _read_limit(self, parse: Callable[[Any, str], _Parsed], attribute: str, value: Any, lifted: str,
                     hint: str, *, id: str) -> _Parsed | None:  # noqa: A002 (the check's id, as Error names it)
@@ -325,6 +358,35 @@ class WorkflowOptions:
                      "was created; give milliseconds, 'N unit(s)' or a timedelta.",
                 id="django_workflows.E037"))
             return None
+
+
+def place(workflow_class: type[WorkflowEntrypoint], params: Any, tags: Mapping[str, str] | None, now: datetime, *,
+          priority: Any = None, queue: Any = None, with_key: bool = True) -> routing.Placement:
+    """Where and in what order a new instance of ``workflow_class`` runs: the queue and priority given
+    to ``create()``, else the class's; its turn; and its limit key, if its workflow's limits are keyed.
+    A value it cannot take (a priority out of range, a queue that no class names and QUEUES does not
+    list, params without the key) is ``InvalidParams``, which creates nothing."""
+    options = WorkflowOptions.of(workflow_class)
+    try:
+        chosen_priority = options.priority if priority is None else routing.parse_priority(priority, "priority")
+        chosen_queue = options.queue if queue is None else routing.parse_queue(queue, "queue")
+    except WorkflowConfigError as exc:
+        raise InvalidParams(f"create(): {exc}.") from None
+    if chosen_queue not in queues_in_use():
+        raise InvalidParams(
+            f"create(): queue {chosen_queue!r} is not one of this project's queues "
+            f"({', '.join(sorted(queues_in_use()))}): no worker would be started for it. List it in "
+            "DJANGO_WORKFLOWS['QUEUES'], or name it on a workflow class.")
+    own = options.limits
+    key = "" if own is None or own.key is None or not with_key else own.key.of(params, tags or {}, options.name)
+    return routing.Placement(chosen_queue, chosen_priority, routing.turn(now, chosen_priority, routing.aging()), key)
+
+
+def queues_in_use() -> set[str]:
+    """The queues of this project: 'default', those the registered workflow classes name, and those the
+    QUEUES setting lists. Replays are routed by queue only when there are several."""
+    return {routing.DEFAULT_QUEUE, *workflow_settings.QUEUES,
+            *(WorkflowOptions.of(cls).queue for cls in registry.all())}
 
 
 def limited() -> dict[str, limits.WorkflowLimits]:

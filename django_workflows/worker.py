@@ -20,7 +20,7 @@ from typing import Any
 from django.db import DatabaseError, close_old_connections, connections, router
 from django.db.models import F
 
-from django_workflows import changes, clock, telemetry
+from django_workflows import changes, clock, routing, telemetry
 from django_workflows.cluster import ClusterWatch
 from django_workflows.conf import workflow_settings
 from django_workflows.models import Instance, WorkerHeartbeat
@@ -41,8 +41,10 @@ class Worker:
     """Runs until told to stop (SIGTERM or SIGINT; a second one forces) or ``max_seconds`` pass."""
 
     def __init__(self, *, workers: int | None = None, max_seconds: float | None = None,
-                 run_cluster: bool = True, probe_interval: float | None = None):
+                 run_cluster: bool = True, probe_interval: float | None = None, queues: list[str] | None = None):
         self.max_seconds = max_seconds
+        # Set before the cluster forks, so that its processes take only instances of these queues.
+        routing.serve(queues)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.cluster = ClusterWatch(self.worker_id, workers, probe_interval) if run_cluster else None
         self.stop_event = threading.Event()

@@ -41,7 +41,7 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind
-from django_workflows.options import WorkflowOptions
+from django_workflows.options import WorkflowOptions, place
 from django_workflows.serialization import NotJournalable, dump, revive
 from django_workflows.engine.step_host import StepHost
 from django_workflows.store import children as store
@@ -111,6 +111,7 @@ class ChildSteps:
         if on_parent_end not in ParentEndPolicy.values:
             raise InvalidStepInput(f"step.child({name!r}): on_parent_end must be one of "
                                    f"{', '.join(map(repr, ParentEndPolicy.values))}, got {on_parent_end!r}")
+        given = params
         try:
             _, params = dump(params, workflow_settings.MAX_PARAMS_SIZE)
         except NotJournalable as exc:
@@ -120,14 +121,17 @@ class ChildSteps:
         def create(ctx: StepContext) -> dict[str, Any]:
             # Not registered in this process (a rolling deploy, a misspelt name): retried, then raised.
             # Its class's timeout gives it a deadline of its own, as create() would.
-            timeout = WorkflowOptions.of(registry.get(workflow)).timeout
+            child_class = registry.get(workflow)
+            timeout = WorkflowOptions.of(child_class).timeout
             key = f"{ctx.step.name}-{ctx.step.count}"
             child_id = instance_id or child_instance_id(parent.workflow_name, parent.instance_id, key)
             now = clock.now()
+            # The child class's queue and priority; params without its limit key fail the step, saying so.
+            placement = place(child_class, given, None, now)
             child = Instance(workflow_name=workflow, instance_id=child_id, params=params,
                              status=InstanceStatus.QUEUED, created_at=now, updated_at=now, parent_id=parent.pk,
                              parent_step=key, on_parent_end=on_parent_end, timeout=timeout,
-                             deadline=deadlines.deadline_after(now, timeout))
+                             deadline=deadlines.deadline_after(now, timeout), **placement.fields())
             pk = writer.insert_child(child)
             if pk is None:
                 raise ChildIdTaken(f"step.child({name!r}): workflow {workflow!r} already has an instance with id "

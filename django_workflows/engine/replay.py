@@ -77,6 +77,10 @@ def replay(instance_pk: int) -> bool:
     instance = leases.take(instance_pk, str(leases.holder()), now, workflow_settings.LEASE_SECONDS)
     if instance is None:
         return False
+    if instance.pk != instance_pk:
+        # It gave way to an instance of higher priority (leases.take): its own replay comes later.
+        enqueue(instance_pk)
+        instance_pk = instance.pk
     signal_args = {"instance_pk": instance_pk, "instance_id": instance.instance_id, "epoch": instance.epoch,
                    "workflow_name": instance.workflow_name}
     started = time.time()
@@ -98,11 +102,11 @@ def replay(instance_pk: int) -> bool:
                                         released=endings.released or time.time(), **signal_args)
         if span is not None:
             telemetry.end_replay(span, outcome, endings.failure)
-        _hand_on(instance.workflow_name)
+        _hand_on(instance.workflow_name, instance.limit_key)
     return True
 
 
-def _hand_on(workflow_name: str) -> None:
+def _hand_on(workflow_name: str, limit_key: str) -> None:
     """A replay of a workflow with a concurrency limit gave its slot back (ended, suspended, paused,
     abandoned, or was fenced): queue the oldest instances waiting for a slot, one per free slot. No timer
     and no polling: this is how a queued instance refused by the limit gets its next replay. Nothing for
@@ -111,7 +115,7 @@ def _hand_on(workflow_name: str) -> None:
     if own is None or own.concurrency is None:
         return
     try:
-        for pk in leases.hand_on(workflow_name, own.concurrency, clock.now()):
+        for pk in leases.hand_on(workflow_name, own, limit_key, clock.now()):
             enqueue(pk)
     except DatabaseError:
         # The sweeper hands on every limited workflow's free slots at each round.

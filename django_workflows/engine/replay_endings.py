@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_workflows import clock, deadlines, families, large_values, lifecycle, signals
+from django_workflows import clock, deadlines, families, large_values, lifecycle, routing, signals
 from django_workflows.control_flow import ContinueAsNew, Fenced, StoreError, Suspend
 from django_workflows.definition import registry
 from django_workflows.error_journal import describe_error, instance_error
@@ -95,7 +95,7 @@ class Endings:
     def continue_as_new(self, continuation: ContinueAsNew) -> str:
         """End the instance ``complete`` (its output None) and start its successor with the continuation's
         params, in one transaction (``store.successors``): the next id of its family, the same workflow,
-        subject, tags, retention and timeout (its deadline measured from now), the version of the code
+        subject, tags, retention, timeout (its deadline measured from now), queue, priority and limit key, the version of the code
         deployed now, and an empty journal."""
         instance = self.instance
         now = clock.now()
@@ -104,7 +104,11 @@ class Endings:
             params=continuation.params, status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
             success_retention=instance.success_retention, error_retention=instance.error_retention,
             version=WorkflowOptions.of(registry.get(instance.workflow_name)).version, timeout=instance.timeout,
-            deadline=deadlines.deadline_after(now, instance.timeout), predecessor_id=instance.pk)
+            deadline=deadlines.deadline_after(now, instance.timeout), predecessor_id=instance.pk,
+            # The same run of the same thing, continued: its queue, priority and limit key (the customer
+            # a keyed limit counts it for) go on with it; its turn comes from now.
+            **routing.Placement(instance.queue, instance.priority, routing.turn(now, instance.priority, routing.aging()),
+                                instance.limit_key).fields())
         if successors.id_taken(instance.workflow_name, successor.instance_id):
             return self.errored(InstanceAlreadyExists(
                 f"Instance {instance} could not continue as new: workflow {instance.workflow_name!r} already has "

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import router
 
+from django_workflows import routing
 from django_workflows.errors import WorkflowConfigError, require_extra
 from django_workflows.executors import q2_conf
 from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, REPLAYS_TASK, BaseExecutor, run_task
@@ -52,6 +53,23 @@ def batches(instance_pks: list[int]) -> list[list[int]]:
     return chunks
 
 
+def by_queue(instance_pks: list[int]) -> dict[str, list[int]]:
+    """The instances by the queue their replays are routed to: all of them to the default queue, with
+    no statement, while the project has no other (``options.queues_in_use``); else as their rows say,
+    read in one statement."""
+    from django_workflows.models import Instance
+    from django_workflows.options import queues_in_use
+
+    if queues_in_use() == {routing.DEFAULT_QUEUE}:
+        return {routing.DEFAULT_QUEUE: list(instance_pks)}
+    queues = dict(Instance.objects.filter(pk__in=instance_pks).values_list("pk", "queue"))
+    routed: dict[str, list[int]] = {}
+    for pk in instance_pks:
+        # An instance deleted meanwhile has nothing to replay; its task finds nothing to do anywhere.
+        routed.setdefault(queues.get(pk, routing.DEFAULT_QUEUE), []).append(pk)
+    return routed
+
+
 class DjangoQExecutor(BaseExecutor):
     """Enqueues each replay as a django-q2 task for ``manage.py workflows_worker`` (or ``qcluster``)."""
 
@@ -72,25 +90,34 @@ class DjangoQExecutor(BaseExecutor):
     def enqueue_replay(self, instance_pk: int) -> None:
         from django_q.tasks import async_task
 
+        [(queue, _)] = by_queue([instance_pk]).items()
         # save=False: a replay's outcome lives in the workflow tables, not in django-q2's results.
         async_task(REPLAY_TASK, instance_pk, task_name=f"replay-{instance_pk}", group=TASK_GROUP,
-                   save=False, ack_failure=True)
+                   save=False, ack_failure=True, cluster=q2_conf.list_key(queue))
 
     def enqueue_replays(self, instance_pks: list[int]) -> None:
         from django_q.tasks import async_task
 
-        for chunk in batches(instance_pks):
-            if len(chunk) == 1:
-                self.enqueue_replay(chunk[0])
-            else:
-                async_task(REPLAYS_TASK, chunk, task_name=f"replays-{chunk[0]}+{len(chunk) - 1}",
-                           group=TASK_GROUP, save=False, ack_failure=True)
+        if len(instance_pks) == 1:
+            self.enqueue_replay(instance_pks[0])
+            return
+        for queue, pks in by_queue(instance_pks).items():
+            cluster = q2_conf.list_key(queue)
+            for chunk in batches(pks):
+                if len(chunk) == 1:
+                    async_task(REPLAY_TASK, chunk[0], task_name=f"replay-{chunk[0]}", group=TASK_GROUP,
+                               save=False, ack_failure=True, cluster=cluster)
+                else:
+                    async_task(REPLAYS_TASK, chunk, task_name=f"replays-{chunk[0]}+{len(chunk) - 1}",
+                               group=TASK_GROUP, save=False, ack_failure=True, cluster=cluster)
 
     def enqueue_probe(self, worker_id: str) -> None:
         from django_q.tasks import async_task
 
+        # On the list of the first queue the worker serves: its cluster takes from that one.
+        served = routing.served()
         async_task(PROBE_TASK, worker_id, task_name=f"probe-{worker_id}", group=TASK_GROUP, save=False,
-                   ack_failure=True)
+                   ack_failure=True, cluster=q2_conf.list_key(served[0] if served else routing.DEFAULT_QUEUE))
 
     def check(self) -> Iterable:
         from django_workflows.conf import workflow_settings

@@ -122,3 +122,11 @@ def missing_broker_package(conf: dict | None = None) -> str | None:
             return (f"Q_CLUSTER's broker needs the {package!r} package, which is not installed: "
                     f"pip install {package}{extra}, or remove Q_CLUSTER to use the ORM broker on your database.")
     return None
+
+
+def list_key(queue: str) -> str:
+    """The django-q2 list that the replays of ``queue`` are enqueued on: the cluster's own for the
+    default queue (as before there were queues), ``<cluster name>.<queue>`` for another."""
+    from django_q.conf import Conf
+
+    return Conf.CLUSTER_NAME if queue == "default" else f"{Conf.CLUSTER_NAME}.{queue}"

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from django.db import connections, router, transaction
 from django.db.models import Case, F, Q, Subquery, Value, When
 
-from django_workflows import clock, options
+from django_workflows import clock, options, routing
+from django_workflows.definition import registry
 from django_workflows.conf import workflow_settings
 from django_workflows.executors import enqueue_many
 from django_workflows.models import Instance, InstanceStatus
@@ -117,13 +118,18 @@ def sweep(now: datetime | None = None) -> int:
             ))
             enqueue_many(queued)
             redispatched += len(queued)
-    slots = {name: own.concurrency for name, own in options.limited().items() if own.concurrency is not None}
+    slots = {name: own for name, own in options.limited().items() if own.concurrency is not None}
     slotted = sorted(slots)
     with transaction.atomic(using=alias):
         before = now - timedelta(seconds=workflow_settings.REDISPATCH_SECONDS)
         # The queued instances of a workflow with a concurrency limit may wait for a slot for a long
         # time, with no replay on its way: not lost ones. They are handed on below instead.
-        left_queued = Instance.objects.stale_queued(before)
+        # Only those this process could run: an instance of a class it does not know (a rolling deploy) or
+        # of a queue it does not serve is left to the sweeps of the workers that can run it.
+        left_queued = Instance.objects.stale_queued(before).filter(workflow_name__in=registry.names())
+        served = routing.served()
+        if served is not None:
+            left_queued = left_queued.filter(queue__in=served)
         if slotted:
             left_queued = left_queued.exclude(workflow_name__in=slotted)
         stale = list(
@@ -135,14 +141,17 @@ def sweep(now: datetime | None = None) -> int:
             enqueue_many(stale)
             redispatched += len(stale)
     # The safety net of the hand-on at the end of each replay (a replay whose hand-on failed, a lost
-    # task, a slot freed by a lease that expired): the oldest queued instances of each workflow with a
-    # concurrency limit, one per free slot. One statement to find which have queued instances (none
-    # without limits), then one per such workflow.
+    # task, a slot freed by a lease that expired): the first queued instances in their turn of each
+    # workflow with a concurrency limit (of each of its keys, when keyed), one per free slot. One
+    # statement to find which have queued instances (none without limits), then, for each, one for its
+    # keys when keyed and one per key.
     for name in leases.with_queued(slotted):
-        with transaction.atomic(using=alias):
-            handed = leases.hand_on(name, slots[name], now)
-            enqueue_many(handed)
-        redispatched += len(handed)
+        own = slots[name]
+        for key in leases.queued_keys(name) if own.concurrency_keyed else [""]:
+            with transaction.atomic(using=alias):
+                handed = leases.hand_on(name, own, key, now)
+                enqueue_many(handed)
+            redispatched += len(handed)
     return redispatched
 
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, router, transaction
 from django.db.models.expressions import RawSQL
 
-from django_workflows import limits, options, rows
+from django_workflows import limits, options, routing, rows
+from django_workflows.definition import registry
 from django_workflows.models import Instance, InstanceStatus, Step
 # The engine's modules reach the keeper and the holder through this module (``leases.keeper``,
 # ``leases.holder()``); kept so while they are restructured (issue 32).
@@ -25,13 +26,13 @@ if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.base.operations import BaseDatabaseOperations
 
-__all__ = ["Claim", "Lease", "keeper", "holder", "take", "hand_on", "with_queued", "slot_counts", "crash_counted",
+__all__ = ["Claim", "Lease", "keeper", "holder", "take", "hand_on", "queued_keys", "with_queued", "slot_counts", "crash_counted",
            "crash_counted_sql", "holds_slot_sql", "RATE_LIMITED_REASON"]
 
 
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count",
                     "terminating", "success_retention", "error_retention", "parent_id", "started_at", "timeout",
-                    "deadline")
+                    "deadline", "limit_key", "queue", "priority")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ class Claim:
     # The instance's own timeout and the deadline it came to (``django_workflows.deadlines``); None: none.
     timeout: timedelta | None = None
     deadline: datetime | None = None
+    # What its workflow's keyed limits count it by ("" when they are not keyed): the slot it gives back.
+    limit_key: str = ""
+    # Where and in what order it runs (``django_workflows.routing``): a successor keeps them.
+    queue: str = "default"
+    priority: int = 0
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"
@@ -89,7 +95,13 @@ def crash_counted(connection: BaseDatabaseWrapper) -> RawSQL:
 
 
 def take(instance_pk: int, owner: str, now: datetime, lease_seconds: float) -> Claim | None:
-    """Take the instance's lease if it is runnable, bumping its epoch; return the ``Claim``, or None.
+    """Take the lease of the instance, or of one to start before it, if runnable; return the ``Claim``
+    (whose ``pk`` says which instance it is), or None.
+
+    Only an instance of a workflow class registered in this process, in a queue this process serves
+    (``routing.served``), is taken: any other stays as it is, for a worker that can run it. A queued
+    instance gives way to a queued instance of its queue of higher priority and earlier turn
+    (``routing``): that one's lease is taken instead, and the caller queues a replay of its own again.
 
     One statement: the conditional UPDATE lets one replay through however many
     deliveries arrive, and its RETURNING reads what the replay needs. Taking over
@@ -98,17 +110,67 @@ def take(instance_pk: int, owner: str, now: datetime, lease_seconds: float) -> C
 
     When workflows registered here declare a concurrency or rate limit, that statement leaves their
     instances out, and only an instance it did not take goes on to ``_take_limited``: a workflow without
-    limits still costs one statement.
+    limits still costs one statement, and one with limits at most four.
     """
+    scope = _scope()
+    if scope is None:
+        return None  # no workflow class here: nothing this process could run
     limited = options.limited()
     if not limited:
-        return _take(instance_pk, owner, now, lease_seconds)
-    names = sorted(limited)
-    claim = _take(instance_pk, owner, now, lease_seconds,
-                  f"workflow_name NOT IN ({', '.join(['%s'] * len(names))})", names)
+        return _take(instance_pk, owner, now, lease_seconds, scope, prefer=scope)
+    unlimited = _one_of("workflow_name", sorted(limited), negated=True)
+    claim = _take(instance_pk, owner, now, lease_seconds, scope & unlimited, prefer=scope & unlimited)
     if claim is not None:
         return claim
-    return _take_limited(instance_pk, owner, now, lease_seconds, limited)
+    return _take_limited(instance_pk, owner, now, lease_seconds, limited, scope)
+
+
+@dataclass(frozen=True)
+class _Condition:
+    """A condition on the instance table, its columns written ``{t}column`` so that it can be put on
+    the table by another name (``on``), with its parameters."""
+
+    template: str
+    params: tuple[Any, ...] = ()
+
+    def __and__(self, other: _Condition) -> _Condition:
+        return _Condition(f"{self.template} AND {other.template}", (*self.params, *other.params))
+
+    @property
+    def sql(self) -> str:
+        return self.on("")
+
+    def on(self, alias: str) -> str:
+        """The condition on the columns of ``alias`` ("" for the unnamed table)."""
+        return self.template.format(t=f"{alias}." if alias else "")
+
+
+def _one_of(column: str, values: Sequence[Any], negated: bool = False) -> _Condition:
+    return _Condition(f"{{t}}{column} {'NOT ' if negated else ''}IN ({', '.join(['%s'] * len(values))})",
+                      tuple(values))
+
+
+def _scope() -> _Condition | None:
+    """The instances this process may take: those of the workflow classes registered here, in the queues
+    it serves. None when no class is registered."""
+    names = registry.names()
+    if not names:
+        return None
+    scope = _one_of("workflow_name", names)
+    queues = routing.served()
+    return scope if queues is None else scope & _one_of("queue", queues)
+
+
+def _preferred_sql(table: str, prefer: _Condition, postgresql: bool) -> str:
+    """The instance a claim of ``%s`` (queued) takes instead: the queued instance of its queue of higher
+    priority and earlier turn that comes first, among those ``prefer`` allows; NULL for none. On
+    PostgreSQL it is locked, skipping one another claim has locked, so two claims never pick the same."""
+    lock = " FOR UPDATE OF b SKIP LOCKED" if postgresql else ""
+    return (
+        f"(SELECT b.id FROM {table} o JOIN {table} b ON b.queue = o.queue AND b.priority > o.priority "
+        f"AND b.turn_at < o.turn_at WHERE o.id = %s AND o.status = %s AND {prefer.on('o')} "
+        f"AND b.status = %s AND {prefer.on('b')} ORDER BY b.turn_at, b.id LIMIT 1{lock})"
+    )
 
 
 def _runnable(ops: BaseDatabaseOperations, table: str = "") -> str:
@@ -122,12 +184,20 @@ def _runnable_params(stamp: Any) -> list[Any]:
     return [InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value, running, pausing, stamp]
 
 
-def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, condition: str = "",
-          condition_params: Sequence[Any] = ()) -> Claim | None:
+def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, condition: _Condition,
+          prefer: _Condition | None = None) -> Claim | None:
+    """The claim's UPDATE, of the instance (or of the one it gives way to, with ``prefer``) within
+    ``condition``."""
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     ops = connection.ops
     table = ops.quote_name(Instance._meta.db_table)
+    queued = InstanceStatus.QUEUED.value
+    target = "%s"
+    target_params: list[Any] = [instance_pk]
+    if prefer is not None:
+        target = f"COALESCE({_preferred_sql(table, prefer, connection.vendor == 'postgresql')}, %s)"
+        target_params = [instance_pk, queued, *prefer.params, queued, *prefer.params, instance_pk]
     sql = (
         f"UPDATE {table} SET "
         "status = CASE WHEN status = %s THEN status ELSE %s END, "
@@ -136,7 +206,7 @@ def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, con
         "ELSE crash_count END, "
         "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, progressed_at = NULL, "
         "started_at = COALESCE(started_at, %s), updated_at = %s "
-        f"WHERE id = %s AND {_runnable(ops)}{f' AND {condition}' if condition else ''} "
+        f"WHERE id = {target} AND {_runnable(ops)} AND {condition.sql} "
         f"RETURNING {', '.join(ops.quote_name(c) for c in _CLAIMED_COLUMNS)}"
     )
     running, pausing = InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value
@@ -146,7 +216,7 @@ def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, con
         running, pausing,
         owner, ops.adapt_datetimefield_value(now + timedelta(seconds=lease_seconds)),
         stamp, stamp,
-        instance_pk, *_runnable_params(stamp), *condition_params,
+        *target_params, *_runnable_params(stamp), *condition.params,
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -159,7 +229,7 @@ def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, con
 # -- limits ------------------------------------------------------------------------------------------
 
 # Why a deferred instance waits, as the admin, the API and the CLI show it.
-RATE_LIMITED_REASON = "rate limit {rate} of workflow {name!r} reached: starts when the window allows"
+RATE_LIMITED_REASON = "rate limit {rate} of workflow {name!r}{key} reached: starts when the window allows"
 
 
 def holds_slot_sql(table: str) -> str:
@@ -174,43 +244,50 @@ def _holds_slot_params(stamp: Any) -> list[Any]:
 
 
 def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: float,
-                  limited: dict[str, limits.WorkflowLimits]) -> Claim | None:
+                  limited: dict[str, limits.WorkflowLimits], scope: _Condition) -> Claim | None:
     """Take the lease of an instance of a workflow with limits, within them.
 
-    One transaction, serialized per workflow: on PostgreSQL an advisory transaction lock keyed by the
-    workflow's name (taken by the statement that reads the name), so that two claims cannot both see
-    the last free slot; on SQLite the transaction's ``BEGIN IMMEDIATE`` serializes every writer already.
+    One transaction, serialized per workflow, or per (workflow, key) when all its limits are keyed
+    (``WorkflowLimits.lock_name``): on PostgreSQL an advisory transaction lock on that name (taken by the
+    statement that reads the instance), so that two claims cannot both see the last free slot; on SQLite
+    the transaction's ``BEGIN IMMEDIATE`` serializes every writer already.
     The rate limit: a first replay past it sets the instance waiting until the window allows, and the
     wake-up loop hands it on then. The concurrency limit: the claim takes the lease only while the
-    instances of the workflow that hold a slot, together with those queued before this one, are fewer
-    than the limit; refused, the instance stays queued, and the replay that next frees a slot queues it
-    (``hand_on``).
+    instances that hold a slot, together with those queued before this one in their turn (priority,
+    then age: ``routing``), are fewer than the limit, counting the instances of its key when the limit
+    is keyed, of its workflow otherwise; refused, the instance stays queued, and the replay that next
+    frees a slot queues it (``hand_on``). At most three statements, after ``take``'s first.
     """
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     ops = connection.ops
     table = ops.quote_name(Instance._meta.db_table)
     stamp = ops.adapt_datetimefield_value(now)
-    names = sorted(limited)
-    in_names = ", ".join(["%s"] * len(names))
+    within = scope & _one_of("workflow_name", sorted(limited))
     postgresql = connection.vendor == "postgresql"
-    lock = ", pg_advisory_xact_lock(hashtextextended(%s || workflow_name, 0))" if postgresql else ""
+    lock, lock_params = "", []
+    if postgresql:
+        per_key = sorted(name for name, own in limited.items() if own.lock_name(name, "") != name)
+        keyed_lock = (f"CASE WHEN workflow_name IN ({', '.join(['%s'] * len(per_key))}) "
+                      "THEN workflow_name || ':' || limit_key ELSE workflow_name END") if per_key else "workflow_name"
+        lock, lock_params = f", pg_advisory_xact_lock(hashtextextended(%s || {keyed_lock}, 0))", [_LOCK_PREFIX, *per_key]
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT workflow_name, started_at{lock} FROM {table} "
-            f"WHERE id = %s AND workflow_name IN ({in_names}) AND {_runnable(ops)}",
-            [*([_LOCK_PREFIX] if postgresql else []), instance_pk, *names, *_runnable_params(stamp)],
+            f"SELECT workflow_name, limit_key, started_at{lock} FROM {table} "
+            f"WHERE id = %s AND {within.sql} AND {_runnable(ops)}",
+            [*lock_params, instance_pk, *within.params, *_runnable_params(stamp)],
         )
         row = cursor.fetchone()
         if row is None:
             return None  # not runnable (a duplicate delivery), or not limited here
-        name, started_at = row[0], row[1]
+        name, key, started_at = row[0], row[1], row[2]
         own = limited[name]
         if own.rate is not None and started_at is None:
+            by_key, key_params = ("AND limit_key = %s ", [key]) if own.rate_keyed else ("", [])
             cursor.execute(
-                f"SELECT started_at FROM {table} WHERE workflow_name = %s AND started_at > %s "
+                f"SELECT started_at FROM {table} WHERE workflow_name = %s {by_key}AND started_at > %s "
                 "ORDER BY started_at DESC LIMIT 1 OFFSET %s",
-                [name, ops.adapt_datetimefield_value(now - own.rate.period), own.rate.count - 1],
+                [name, *key_params, ops.adapt_datetimefield_value(now - own.rate.period), own.rate.count - 1],
             )
             full = cursor.fetchone()
             if full is not None:
@@ -219,47 +296,77 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
                     f"UPDATE {table} SET status = %s, wake_at = %s, waiting_for = NULL, waiting_reason = %s, "
                     "updated_at = %s WHERE id = %s AND status IN (%s, %s) AND started_at IS NULL",
                     [InstanceStatus.WAITING.value, ops.adapt_datetimefield_value(oldest + own.rate.period),
-                     RATE_LIMITED_REASON.format(rate=own.rate, name=name), stamp, instance_pk,
-                     InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value],
+                     RATE_LIMITED_REASON.format(rate=own.rate, name=name, key=_of_key(own, key, own.rate_keyed)),
+                     stamp, instance_pk, InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value],
                 )
                 return None
         if own.concurrency is None:
-            return _take(instance_pk, owner, now, lease_seconds)
-        ahead = (
-            f"(SELECT COUNT(*) FROM {table} s WHERE s.workflow_name = %s AND ({holds_slot_sql('s')} OR "
-            f"(s.status = %s AND (s.created_at < {table}.created_at OR "
-            f"(s.created_at = {table}.created_at AND s.id < {table}.id))))) < %s"
+            return _take(instance_pk, owner, now, lease_seconds, scope)
+        counted = _counted(own, key)
+        # Fewer than the limit ahead: no limit-th one exists. Found by reading up to the limit only, so a
+        # long queue behind the instance costs the claim nothing.
+        ahead = _Condition(
+            f"NOT EXISTS (SELECT 1 FROM {table} s WHERE s.workflow_name = %s{counted.on('s')} AND "
+            f"({holds_slot_sql('s')} OR (s.status = %s AND (s.turn_at < {table}.turn_at OR "
+            f"(s.turn_at = {table}.turn_at AND s.id < {table}.id)))) LIMIT 1 OFFSET %s)",
+            (name, *counted.params, *_holds_slot_params(stamp), InstanceStatus.QUEUED.value, own.concurrency - 1),
         )
-        return _take(instance_pk, owner, now, lease_seconds, ahead,
-                     [name, *_holds_slot_params(stamp), InstanceStatus.QUEUED.value, own.concurrency])
+        return _take(instance_pk, owner, now, lease_seconds, scope & ahead)
+
+
+def _counted(own: limits.WorkflowLimits, key: str) -> _Condition:
+    """Which instances of the workflow its concurrency limit counts with one of key ``key``: those of
+    the same key when the limit is keyed, or when the workflow has no key at all (every instance's is
+    "", and the condition lets the key's index serve the count); all of them otherwise."""
+    if own.concurrency_keyed or own.key is None:
+        return _Condition(" AND {t}limit_key = %s", (key,))
+    return _Condition("")
+
+
+def _of_key(own: limits.WorkflowLimits, key: str, keyed: bool) -> str:
+    return f" for {own.key} {key!r}" if keyed else ""
 
 
 _LOCK_PREFIX = "django_workflows.limits:"
 
 
-def hand_on(workflow_name: str, concurrency: int, now: datetime) -> list[int]:
-    """The instances of the workflow to queue a replay of now that a replay of it gave back its slot:
-    the oldest queued ones, as many as slots are free. One statement; the caller enqueues them.
+def hand_on(workflow_name: str, own: limits.WorkflowLimits, key: str, now: datetime) -> list[int]:
+    """The instances to queue a replay of now that a replay of the workflow, of limit key ``key``, gave
+    back its concurrency slot: those queued first in their turn (priority, then age) among the
+    instances the limit counts with it, as many as slots are free. One statement; the caller enqueues
+    them.
 
     Several replays ending at once may each name the same instance (a duplicate delivery, which does
     nothing); the last of them to read sees every slot freed, so no free slot is left without a replay
     on its way while instances wait for one."""
+    concurrency = own.concurrency
+    if concurrency is None:
+        return []
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     ops = connection.ops
     table = ops.quote_name(Instance._meta.db_table)
     stamp = ops.adapt_datetimefield_value(now)
+    counted = _counted(own, key)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, (SELECT COUNT(*) FROM {table} s WHERE s.workflow_name = %s AND {holds_slot_sql('s')}) "
-            f"FROM {table} WHERE workflow_name = %s AND status = %s ORDER BY created_at, id LIMIT %s",
-            [workflow_name, *_holds_slot_params(stamp), workflow_name, InstanceStatus.QUEUED.value, concurrency],
+            f"SELECT id, (SELECT COUNT(*) FROM {table} s WHERE s.workflow_name = %s{counted.on('s')} AND "
+            f"{holds_slot_sql('s')}) FROM {table} WHERE workflow_name = %s{counted.sql} AND status = %s "
+            "ORDER BY turn_at, id LIMIT %s",
+            [workflow_name, *counted.params, *_holds_slot_params(stamp), workflow_name, *counted.params,
+             InstanceStatus.QUEUED.value, concurrency],
         )
         found = cursor.fetchall()
     if not found:
         return []
     free = max(concurrency - found[0][1], 0)
     return [pk for pk, _ in found[:free]]
+
+
+def queued_keys(workflow_name: str) -> list[str]:
+    """The limit keys of the workflow's queued instances, for the sweeper's hand-on of each."""
+    return sorted(set(Instance.objects.filter(workflow_name=workflow_name, status=InstanceStatus.QUEUED)
+                      .values_list("limit_key", flat=True).distinct()))
 
 
 def with_queued(workflow_names: list[str]) -> list[str]:

@@ -24,7 +24,9 @@ from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
+from django_workflows import deadlines, options
 from django_workflows.definition import registry
+from django_workflows.errors import InvalidParams
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus, Schedule
 from django_workflows.options import WorkflowOptions
@@ -40,6 +42,20 @@ logger = logging.getLogger("django_workflows.schedules")  # its name in LOGGING 
 
 RETRY_SECONDS = 1.0
 """How long a worker waits before it runs a round that failed again."""
+
+
+def _placement(workflow_name: str, params: Any, now: datetime) -> dict[str, Any]:
+    """A scheduled instance's queue, priority, turn and limit key, and its timeout and deadline, as its
+    class declares them. A keyed limit whose key the slot's params do not hold counts it with the
+    instances of no key (""), rather than stopping the schedule: a schedule's params are the slot's,
+    which no key path can be given."""
+    workflow_class = registry.get(workflow_name)
+    timeout = WorkflowOptions.of(workflow_class).timeout
+    deadline = {"timeout": timeout, "deadline": deadlines.deadline_after(now, timeout)}
+    try:
+        return {**options.place(workflow_class, params, None, now).fields(), **deadline}
+    except InvalidParams:
+        return {**options.place(workflow_class, params, None, now, with_key=False).fields(), **deadline}
 
 
 def _alias() -> str:
@@ -125,9 +141,10 @@ def _round(spec: ScheduleSpec, pk: int, now: datetime, on_time: timedelta, skip_
         for slot, instance_id in ids.items():
             if instance_id in existing:
                 continue
-            instance = Instance(workflow_name=spec.workflow_name, instance_id=instance_id,
-                                params=slot_params(spec.expression, spec.timezone, slot),
-                                status=InstanceStatus.QUEUED, created_at=now, updated_at=now)
+            params = slot_params(spec.expression, spec.timezone, slot)
+            instance = Instance(workflow_name=spec.workflow_name, instance_id=instance_id, params=params,
+                                status=InstanceStatus.QUEUED, created_at=now, updated_at=now,
+                                **_placement(spec.workflow_name, params, now))
             instance.save(force_insert=True, using=alias)
             enqueue(instance.pk)
             created.append(slot)

@@ -137,6 +137,30 @@ def test_the_successor_keeps_subject_tags_retention_and_timeout(workflows_env):
     assert second.status == "complete"
 
 
+class KeyedCounter(WorkflowEntrypoint):
+    """Counts for one customer, one at a time per customer, continuing as new once."""
+
+    name = "continue-keyed"
+    concurrency = {"limit": 1, "key": "params.customer"}
+
+    def run(self, event, step):
+        if event.payload["round"] == 2:
+            return "done"
+        step.do("count", lambda: event.payload["round"])
+        step.continue_as_new({"customer": event.payload["customer"], "round": 2})
+
+
+def test_the_successor_keeps_its_queue_priority_and_limit_key(workflows_env):
+    # The same run, continued: it stays on its queue, at its priority, counted for its customer.
+    workflows.get("continue-keyed").create(id="acme-count", params={"customer": "acme", "round": 1},
+                                           queue="heavy", priority=5)
+    workflows_env.run_until_idle()
+    first, second = _family("acme-count", "continue-keyed")
+    assert (second.queue, second.priority, second.limit_key) == ("heavy", 5, "acme")
+    assert second.turn_at == second.created_at - 5 * timedelta(seconds=60)
+    assert second.status == "complete"
+
+
 def test_a_swallowed_continuation_continues_all_the_same(workflows_env):
     workflows.get("continue-swallower").create(id="sw", params={})
     workflows_env.run_until_idle()

@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.executors.q2 import DjangoQExecutor
 from django_workflows.models import Instance
+from django_workflows.new_instances import new_instance
 from django_workflows.store.dispatch import next_wake_time, sweep, wake_due
 from tests.testapp.workflows import calls
 
@@ -276,7 +277,8 @@ def test_the_lease_keeper_renews_a_held_lease(settings):
     from django_workflows.store.lease_keeper import keeper
 
     settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1}
-    instance = workflows.get("three-steps").create.__self__._new_instance("leased", {})
+    handle = workflows.get("three-steps")
+    instance = new_instance(handle.workflow_class, handle.name, "leased", {})
     instance.status, instance.epoch = "running", 7
     instance.lease_expires_at = clock.now() + timedelta(seconds=1)
     instance.save()

@@ -90,15 +90,18 @@ def test_event_is_read_only(workflows_env):
 
 
 @pytest.mark.one_flavour("no class is registered under the name: run() is never called")
-def test_an_instance_of_a_workflow_that_no_longer_exists_waits_saying_why(workflows_env):
-    instance = workflows.get("three-steps").create()
-    Instance.objects.filter(pk=instance.pk).update(workflow_name="gone")
+def test_an_instance_of_a_workflow_that_no_longer_exists_stays_queued_and_the_check_says_why(workflows_env):
+    from django_workflows import checks
     from django_workflows.engine.replay import replay
 
-    replay(instance.pk)
+    instance = workflows.get("three-steps").create()
+    Instance.objects.filter(pk=instance.pk).update(workflow_name="gone")
+    # No worker that does not know the class takes it: no lease, no error, for a worker that does.
+    assert replay(instance.pk) is False
     row = Instance.objects.get(pk=instance.pk)
-    assert row.status == "waiting" and row.error is None
-    assert row.waiting_reason.startswith("workflow 'gone' is not registered in this process")
+    assert (row.status, row.epoch, row.error, row.waiting_reason) == ("queued", 0, None, None)
+    [message] = checks.check_unregistered_instances()
+    assert message.id == "django_workflows.W011" and "'gone' (1 instance" in message.msg
 
 
 def test_a_replay_of_a_finished_instance_does_nothing(workflows_env):

@@ -156,6 +156,19 @@ def test_a_round_creates_the_due_slot_once_with_its_time_and_cron_in_the_params(
     assert ctx.captured_queries == []
 
 
+def test_a_slot_s_instance_has_the_deadline_its_class_declares(env, define):
+    # A scheduled run is an instance like any other: its class's timeout gives it a deadline.
+    cls = define("hourly-with-deadline", ["0 * * * *"])
+    cls.timeout = "20 minutes"
+    registry.register(cls)
+    scheduler = Scheduler()
+    scheduler.run_due(env.now)
+    env.clock.set(at(2026, 3, 2, 8))
+    assert scheduler.run_due(env.now) == 1
+    instance = Instance.objects.get(workflow_name="hourly-with-deadline")
+    assert (instance.timeout, instance.deadline) == (timedelta(minutes=20), at(2026, 3, 2, 8, 20))
+
+
 def test_two_workers_handling_the_same_slot_create_one_instance(env, define):
     define("every-second", ["* * * * * *"])
     first, second = Scheduler(), Scheduler()

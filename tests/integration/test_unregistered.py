@@ -2,13 +2,10 @@
 workflows.py that failed to import) waits, says why, and resumes once a worker knows the class."""
 
 import io
-import json
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
-from rest_framework.test import APIClient
 
 from django_workflows import WorkflowEntrypoint, checks, workflows
 from django_workflows.definition import registry
@@ -57,58 +54,55 @@ def asleep_after_its_first_step(env):
     return instance
 
 
-def test_a_replay_that_does_not_know_the_workflow_waits_and_a_worker_that_does_resumes_it(
+def _untouched(instance, before):
+    row = Instance.objects.get(pk=instance.pk)
+    return (row.status, row.epoch, row.lease_owner, row.waiting_reason, row.crash_count) == before
+
+
+def _state(instance):
+    row = Instance.objects.get(pk=instance.pk)
+    return (row.status, row.epoch, row.lease_owner, row.waiting_reason, row.crash_count)
+
+
+def test_a_replay_that_does_not_know_the_workflow_leaves_it_untouched_and_a_worker_that_does_runs_it(
     workflows_env, deployed
 ):
     instance = asleep_after_its_first_step(workflows_env)
     registry.unregister(deployed)
     workflows_env.clock.advance(timedelta(minutes=1))
-    assert replay(instance.pk)
-    row = Instance.objects.get(pk=instance.pk)
-    assert row.status == "waiting"
-    assert row.error is None and row.crash_count == 0 and row.lease_owner == ""
-    assert "'newly-deployed' is not registered in this process" in row.waiting_reason
-    # Not at once again: the wake-up loop hands it out a little later, without a hot loop.
-    assert row.wake_at == workflows_env.now + timedelta(seconds=30)
-    assert workflows_env.run_until_idle() == 0
+    before = _state(instance)
+    # Not claimed at all: no lease taken and handed back, no reason written, no wake-up set.
+    assert replay(instance.pk) is False
+    assert _untouched(instance, before)
+    assert ran == ["first"]
 
     registry.register(deployed)
-    workflows_env.advance(timedelta(seconds=30))
+    assert replay(instance.pk)
     row = Instance.objects.get(pk=instance.pk)
     assert (row.status, row.output, row.waiting_reason) == ("complete", 3, None)
     assert ran == ["first", "second"]  # the journaled step was not run again
 
 
-def test_a_waiting_replay_keeps_the_crash_count(workflows_env, deployed):
+def test_a_replay_that_does_not_know_the_workflow_keeps_the_crash_count(workflows_env, deployed):
     instance = asleep_after_its_first_step(workflows_env)
     registry.unregister(deployed)
     # Two replays lost with their worker before: not running the workflow at all is no progress.
     Instance.objects.filter(pk=instance.pk).update(crash_count=2, wake_at=workflows_env.now)
-    assert replay(instance.pk)
-    row = Instance.objects.get(pk=instance.pk)
-    assert (row.status, row.crash_count) == ("waiting", 2)
+    assert replay(instance.pk) is False
+    assert Instance.objects.get(pk=instance.pk).crash_count == 2
 
 
-def test_the_reason_shows_in_the_cli_the_api_and_the_admin(workflows_env, deployed, admin_client):
-    instance = asleep_after_its_first_step(workflows_env)
+def test_only_a_sweeper_that_knows_the_workflow_queues_its_stale_instances_again(workflows_env, deployed):
+    from django_workflows.store.dispatch import sweep
+
+    instance = workflows.get("newly-deployed").create(id="n-stale")
+    workflows_env.executor.reset()
     registry.unregister(deployed)
-    workflows_env.clock.advance(timedelta(minutes=1))
-    replay(instance.pk)
-    # The web process and the shell of a rolling deploy run the new code; an old worker left the reason.
+    workflows_env.clock.advance(timedelta(minutes=5))
+    # An old worker's sweeper leaves it to the workers that can run it; theirs queues it again.
+    assert sweep() == 0 and workflows_env.executor.enqueued == []
     registry.register(deployed)
-
-    text = describe("newly-deployed", "n-1")
-    assert "Waiting because" in text and "is not registered in this process" in text
-    as_json = json.loads(describe("newly-deployed", "n-1", "--json"))
-    assert "is not registered in this process" in as_json["waiting_reason"]
-
-    api = APIClient()
-    api.force_authenticate(User.objects.get(username="admin"))
-    body = api.get("/workflows/newly-deployed/instances/n-1/").json()
-    assert body["status"] == "waiting" and "is not registered in this process" in body["waiting_reason"]
-    page = admin_client.get(f"/admin/django_workflows/instance/{instance.pk}/change/")
-    text = page.content.decode()
-    assert "Waiting because" in text and "is not registered in this process" in text
+    assert sweep() == 1 and workflows_env.executor.enqueued == [instance.pk]
 
 
 def test_manage_py_check_lists_the_workflows_with_live_instances_not_registered(workflows_env, deployed):
@@ -163,21 +157,21 @@ registry.unregister(RateDeployed)
 
 
 def test_a_worker_without_a_rate_limited_workflow_does_not_spend_its_start(workflows_env):
-    """A worker of the previous release takes the instance, cannot run it and hands it back: that was
-    not a start, so the worker that knows the class still holds it to the rate limit."""
+    """A worker of the previous release does not take the instance: that is no start, so the worker that
+    knows the class still holds it to the rate limit."""
     registry.register(RateDeployed)
     try:
         first = workflows.get("rate-deployed").create(id="r-1")
         second = workflows.get("rate-deployed").create(id="r-2")
         registry.unregister(RateDeployed)
-        assert replay(first.pk)  # the old worker: it waits for one that knows the class
+        assert replay(first.pk) is False  # the old worker: left queued for one that knows the class
         row = Instance.objects.get(pk=first.pk)
-        assert (row.status, row.started_at) == ("waiting", None)
+        assert (row.status, row.started_at) == ("queued", None)
         registry.register(RateDeployed)
         assert replay(second.pk)
         assert Instance.objects.get(pk=second.pk).status == "complete"
         # The window of one start a minute is spent: the first instance waits for it, not runs.
-        assert replay(first.pk) is False or Instance.objects.get(pk=first.pk).status == "waiting"
+        assert replay(first.pk) is False
         row = Instance.objects.get(pk=first.pk)
         assert row.status == "waiting" and "rate limit 1/minute" in row.waiting_reason
         assert row.started_at is None

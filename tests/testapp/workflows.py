@@ -773,3 +773,7 @@ class StartStamp(WorkflowEntrypoint):
         import time
 
         return step.do("started", lambda: {"at": time.time(), "params": event.payload})
+
+
+# Keyed limits, priorities and queues, in a module of their own.
+from tests.testapp import flow_control  # noqa: E402, F401

@@ -108,3 +108,55 @@ def test_limited_lists_the_registered_workflows_that_declare_limits(define):
     found = limited()
     assert (found["capped"].concurrency, str(found["capped"].rate)) == (3, "10/minute")
     assert "wrongly-capped" not in found
+
+
+def _problems(cls):
+    return [(p.id, p.msg) for p in WorkflowOptions.of(cls).problems]
+
+
+def test_keyed_limits_are_read_with_their_key(define):
+    from django_workflows.limits import LimitKey
+
+    cls = define("Keyed", concurrency={"limit": 2, "key": "params.customer.id"},
+                 rate_limit={"limit": "5/minute", "key": "params.customer.id"})
+    own = WorkflowOptions.of(cls).limits
+    assert (own.concurrency, str(own.rate), own.key, own.concurrency_keyed, own.rate_keyed) == (
+        2, "5/minute", LimitKey("params.customer.id"), True, True)
+    assert own.key.of({"customer": {"id": 7}}, {}, "keyed") == "7"
+    assert own.lock_name("keyed", "7") == "keyed:7"
+    # A rate limit of the whole workflow beside a keyed concurrency: claims serialize per workflow.
+    mixed = WorkflowOptions.of(define("Mixed", concurrency={"limit": 1, "key": "tags.tenant"}, rate_limit="9/hour")).limits
+    assert (mixed.concurrency_keyed, mixed.rate_keyed, mixed.lock_name("mixed", "acme")) == (True, False, "mixed")
+
+
+@pytest.mark.parametrize("attributes, wrong", [
+    ({"concurrency": {"limit": 2}}, "takes exactly the keys 'limit' and 'key'"),
+    ({"concurrency": {"limit": 2, "key": "customer_id"}}, "must be a dotted path into the params or the tags"),
+    ({"rate_limit": {"limit": "1/minute", "key": 5}}, "must be a dotted path"),
+    ({"concurrency": {"limit": 2, "key": "params.a"}, "rate_limit": {"limit": "1/minute", "key": "params.b"}},
+     "an instance has one limit key"),
+])
+def test_check_e041_refuses_a_key_it_cannot_use_and_leaves_the_limit_out(define, attributes, wrong):
+    cls = define("BadKey", **attributes)
+    [(problem_id, message)] = _problems(cls)
+    assert problem_id == "django_workflows.E041" and wrong in message
+    assert WorkflowOptions.of(cls).limits is None or WorkflowOptions.of(cls).limits.key is None
+
+
+@pytest.mark.parametrize("attribute, value, problem_id, wrong", [
+    ("priority", 10, "django_workflows.E042", "priority must be a whole number from 0"),
+    ("priority", "high", "django_workflows.E042", "got 'high'"),
+    ("queue", "heavy lifting", "django_workflows.E043", "queue must be a queue name"),
+    ("queue", "", "django_workflows.E043", "got ''"),
+])
+def test_checks_refuse_a_priority_or_a_queue_they_cannot_take(define, attribute, value, problem_id, wrong):
+    cls = define("BadRouting", **{attribute: value})
+    [(found, message)] = _problems(cls)
+    assert found == problem_id and wrong in message
+    options = WorkflowOptions.of(cls)
+    assert (options.priority, options.queue) == (0, "default")  # left out: the defaults apply
+
+
+def test_a_class_names_its_priority_and_queue(define):
+    options = WorkflowOptions.of(define("Routed", priority=4, queue="reports"))
+    assert (options.priority, options.queue, options.problems) == (4, "reports", [])

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows.errors import MissingExtra, require_extra
+from django_workflows import routing
+from django_workflows.errors import MissingExtra, WorkflowConfigError, require_extra
 from django_workflows.worker import Worker
 
 
@@ -16,11 +17,18 @@ class Command(BaseCommand):
         parser.add_argument("--no-cluster", action="store_true",
                             help="Run only the wake-up loop and the sweeper (replays run elsewhere: in a separate "
                                  "qcluster, or in the task backend's worker with the tasks executor).")
+        parser.add_argument("--queues", default=None,
+                            help="Serve only these queues, separated by commas (e.g. heavy,default); default: every "
+                                 "queue. An instance of another queue is never taken here.")
 
-    def handle(self, *args, workers, max_seconds, no_cluster, **options):
+    def handle(self, *args, workers, max_seconds, no_cluster, queues=None, **options):
         if workers is not None and workers < 1:
             self.stderr.write("--workers must be 1 or more.")
             raise SystemExit(2)
+        try:
+            served = None if queues is None else routing.parse_queues(queues)
+        except WorkflowConfigError as exc:
+            raise CommandError(str(exc)) from None
         if not no_cluster:
             from django_workflows.executors import get_executor
             from django_workflows.executors.tasks import TasksExecutor
@@ -33,4 +41,4 @@ class Command(BaseCommand):
                 require_extra("django_q", "q2", "workflows_worker's cluster")
             except MissingExtra as exc:
                 raise CommandError(f"{exc} Or run only the timers and the sweeper: --no-cluster.") from None
-        Worker(workers=workers, max_seconds=max_seconds, run_cluster=not no_cluster).run()
+        Worker(workers=workers, max_seconds=max_seconds, run_cluster=not no_cluster, queues=served).run()

@@ -36,6 +36,10 @@ class BaseExecutor(ABC):
     #: Whether replays run in this process as soon as they are enqueued.
     runs_inline: bool = False
 
+    #: The command that runs this executor's replays, when it is not a django-q2 cluster: then
+    #: ``workflows_worker`` refuses to start one, and runs beside that command with ``--no-cluster``.
+    worker_command: str | None = None
+
     def __init__(self, **options: Any) -> None:
         self.options = options
 
@@ -49,6 +53,12 @@ class BaseExecutor(ABC):
         task; each replay stays its own, as if enqueued alone."""
         for pk in instance_pks:
             self.enqueue_replay(pk)
+
+    @classmethod
+    def install(cls) -> None:
+        """Prepare this process for the executor, once Django's apps are ready and before anything is
+        enqueued or run (``AppConfig.ready()`` calls it on the configured executor's class). Most need
+        nothing; one whose worker must know its tasks by the time it takes one declares them here."""
 
     def check(self) -> Iterable[CheckMessage]:
         """System-check messages about this executor's configuration."""

@@ -23,6 +23,7 @@ worker's replay comes back.
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import close_old_connections
 
 from django_workflows.executors.base import REPLAY_TASK, run_task
 from django_workflows.executors.celery import REPLAY_TASK_NAME
@@ -31,4 +32,12 @@ from django_workflows.executors.celery import REPLAY_TASK_NAME
 @shared_task(name=REPLAY_TASK_NAME, acks_late=True, reject_on_worker_lost=False, ignore_result=True)
 def run_replay(instance_pk: int) -> None:
     """One replay of one instance: the task carries only its primary key."""
-    run_task(REPLAY_TASK, instance_pk)
+    # Around each replay as Django around each request and django-q2 around each task: a connection past
+    # CONN_MAX_AGE, or broken, is closed, and the next statement opens another. Celery's Django fix-up
+    # closes every connection around every task instead, unless CELERY_DB_REUSE_MAX is set (the how-to
+    # sets it, leaving the connections to CONN_MAX_AGE and this).
+    close_old_connections()
+    try:
+        run_task(REPLAY_TASK, instance_pk)
+    finally:
+        close_old_connections()

@@ -141,10 +141,8 @@ TASKS = {
 }
 
 # The Celery executor's apps (tests/celery_app.py) read these, as a project's celery.py reads its settings;
-# each app names its own broker. A worker takes one task at a time per process, so that a killed worker
-# takes no more than its running replays with it.
+# each app names its own broker; the rest are Celery's defaults.
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 

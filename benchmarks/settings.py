@@ -141,7 +141,7 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 # persist for CONN_MAX_AGE as django-q2's do. BENCH_CELERY_DB_REUSE_MAX=0 measures Celery's default.
 CELERY_BROKER_URL = f"redis://127.0.0.1:6379/{int(os.environ.get('TEST_REDIS_DB', '7'))}"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_DB_REUSE_MAX = int(os.environ.get("BENCH_CELERY_DB_REUSE_MAX", "1000")) or None
+CELERY_DB_REUSE_MAX = int(os.environ.get("BENCH_CELERY_DB_REUSE_MAX", "100000")) or None
 
 DJANGO_WORKFLOWS = json.loads(os.environ.get("BENCH_WORKFLOWS_SETTINGS") or "{}")
 

@@ -144,6 +144,8 @@ def test_a_replay_delivered_twice_runs_once(start):
     for instance in instances:
         wait_status(instance, "complete", 60)
     assert SideEffect.counts() == {f"twice-{n}:long": 1 for n in range(4)}
+    # A replay is audited as released once its commit is done: a moment after its instance is seen complete.
+    wait_for(lambda: not ReplayAudit.objects.filter(released=None).exists(), 10,
+             message="every replay to be audited as released")
     # One replay took each instance's lease; no two replays of an instance overlapped.
     assert sorted(ReplayAudit.objects.values_list("instance_pk", flat=True)) == sorted(i.pk for i in instances)
-    assert all(row.released is not None for row in ReplayAudit.objects.all())

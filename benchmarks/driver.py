@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks.common import log
 from benchmarks.services import (
+    CELERY_EXECUTOR,
     INLINE,
     POSTGRES_URL,
     TASKS_EXECUTOR,
@@ -49,7 +50,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small counts, one run each (CI)")
     parser.add_argument("--only", default="", help="comma-separated configurations: sqlite, postgres, "
                         "sqlite-orm, postgres-orm, postgres-redis, postgres-orm-scheduled, "
-                        "postgres-orm-max-age-0, postgres-tasks, postgres-orm-herd, postgres-redis-herd")
+                        "postgres-orm-max-age-0, postgres-tasks, postgres-celery, postgres-orm-herd, "
+                        "postgres-redis-herd")
     parser.add_argument("--profile", action="store_true", help="also record py-spy profiles of the workers")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and the databases")
     parser.add_argument("--scale", action="store_true", help="only the scale part (benchmarks/scale.py): a "
@@ -111,6 +113,8 @@ def main() -> int:
                      {"BENCH_CONN_MAX_AGE": "0", "parts": "throughput,latency,idle", "count": "500"}))
     # Part 4 on the tasks executor (django-tasks-db's db_worker) instead of django-q2, on PostgreSQL.
     plan.append(("postgres-tasks", "tasks", None, "orm", pg_missing, {}))
+    # And on the Celery executor (a celery worker of two pool processes, the Redis broker).
+    plan.append(("postgres-celery", "celery", None, "redis", pg_missing or redis_missing, {}))
     # The thundering herd through two worker commands (benchmarks/herd.py): the ORM broker, and the
     # Redis broker in the full run.
     plan.append(("postgres-orm-herd", "herd", None, "orm", pg_missing, {}))
@@ -148,6 +152,12 @@ def main() -> int:
                 failure = run_child(["benchmarks.tasks_executor", "--out", str(out), "--work-dir", str(work),
                                      "--name", name, *quick], child_env(database, broker, TASKS_EXECUTOR, extra),
                                     timeout=1200)
+            elif kind == "celery":
+                flush_redis()
+                failure = run_child(["benchmarks.celery_executor", "--out", str(out), "--work-dir", str(work),
+                                     "--name", name, *quick], child_env(database, broker, CELERY_EXECUTOR, extra),
+                                    timeout=1200)
+                flush_redis()
             elif kind == "herd":
                 if broker == "redis":
                     flush_redis()

@@ -394,26 +394,38 @@ def scheduled_table(results) -> list[str]:
     return lines + [""]
 
 
-def tasks_table(results) -> list[str]:
-    """Part 4 on PostgreSQL: django-q2 (postgres-orm) against the tasks executor (postgres-tasks)."""
+# Part 4 on the other executors, with how each runs the replays: the configuration, its column's heading.
+OTHER_EXECUTORS = [
+    ("postgres-tasks", "tasks executor, 2 × `db_worker`",
+     "the tasks executor (`django_workflows.executors.tasks.TasksExecutor`), replayed by two `manage.py db_worker "
+     "--interval 0.1` processes of django-tasks-db (one task at a time each)"),
+    ("postgres-celery", "Celery executor, `celery worker --concurrency 2`, Redis",
+     "the Celery executor (`django_workflows.executors.celery.CeleryExecutor`), replayed by one `celery worker` "
+     "of two prefork pool processes on the Redis broker, with `CELERY_DB_REUSE_MAX` set as the how-to advises "
+     "(Celery's defaults otherwise)"),
+]
+
+
+def executors_table(results) -> list[str]:
+    """Part 4 on PostgreSQL: django-q2 (postgres-orm) against the other executors that were measured."""
     configs = results["configs"]
-    if "postgres-tasks" not in configs or "postgres-orm" not in configs:
+    others = [(name, heading, what) for name, heading, what in OTHER_EXECUTORS if name in configs]
+    if not others or "postgres-orm" not in configs:
         return []
     measures = [
         ("throughput, 3-step workflows/s", ("throughput", "rate"), "/s"),
         ("CPU per workflow: the worker processes", ("throughput", "worker_cpu_ms"), " ms"),
         ("CPU per workflow: PostgreSQL's backends", ("throughput", "backend_cpu_ms"), " ms"),
     ]
-    lines = ["### PostgreSQL: django-q2 against Django's tasks framework", "",
-             "Part 4 again on the tasks executor (`django_workflows.executors.tasks.TasksExecutor`): the same "
-             "instances, replayed by two `manage.py db_worker --interval 0.1` processes of django-tasks-db (one "
-             "task at a time each), with `workflows_worker --no-cluster` beside them.", "",
-             "| measure | django-q2, `workflows_worker --workers 2` (the table above) | tasks executor, "
-             "2 × `db_worker` |",
-             "|---|---|---|"]
+    lines = ["### PostgreSQL: django-q2 against the other executors", "",
+             "Part 4 again, the same instances, on " + "; and on ".join(what for _, _, what in others)
+             + "; with `workflows_worker --no-cluster` beside them.", "",
+             "| measure | django-q2, `workflows_worker --workers 2` (the table above) | "
+             + " | ".join(heading for _, heading, _ in others) + " |",
+             "|---|---|" + "---|" * len(others)]
     for label, path, unit in measures:
         lines.append(f"| {label} | {fmt(_get(configs['postgres-orm'], *path), unit)} | "
-                     f"{fmt(_get(configs['postgres-tasks'], *path), unit)} |")
+                     + " | ".join(fmt(_get(configs[name], *path), unit) for name, _, _ in others) + " |")
     return lines + [""]
 
 
@@ -544,7 +556,7 @@ def write(results: dict, out_dir: Path) -> None:
         lines += ["### Details", "", *details, ""]
     lines += max_age_table(results)
     lines += scheduled_table(results)
-    lines += tasks_table(results)
+    lines += executors_table(results)
     lines += synchronous_table(results)
     if not quick:
         past = history.record(results, out_dir)

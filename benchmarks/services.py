@@ -14,6 +14,8 @@ POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "7"))
 INLINE = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
 TASKS_EXECUTOR = {"EXECUTOR": "django_workflows.executors.tasks.TasksExecutor"}
+CELERY_EXECUTOR = {"EXECUTOR": "django_workflows.executors.celery.CeleryExecutor",
+                   "EXECUTOR_OPTIONS": {"app": "benchmarks.celery_app.app", "queue": "workflows"}}
 # Variables the children must not inherit from whoever runs this (a test shell's DATABASE_URL, say).
 SCRUBBED = ("DATABASE_URL", "TEST_DATABASE_NAME", "TEST_BROKER", "TEST_REDIS_DB", "TEST_WORKFLOWS_SETTINGS",
             "TEST_Q_CLUSTER_NAME", "TEST_AUDIT_REPLAYS", "BENCH_QUERY_LOG", "BENCH_WORKFLOWS_SETTINGS",

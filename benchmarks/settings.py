@@ -135,6 +135,14 @@ else:
 # table that db_worker runs.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
+# The Celery executor's broker (benchmarks/celery_app.py): Redis, in the database django-q2's Redis broker
+# would use; the other settings are the how-to's (docs/how-to/celery.md). Celery's Django fix-up closes
+# every database connection after every task unless CELERY_DB_REUSE_MAX is set: set, the connections
+# persist for CONN_MAX_AGE as django-q2's do. BENCH_CELERY_DB_REUSE_MAX=0 measures Celery's default.
+CELERY_BROKER_URL = f"redis://127.0.0.1:6379/{int(os.environ.get('TEST_REDIS_DB', '7'))}"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_DB_REUSE_MAX = int(os.environ.get("BENCH_CELERY_DB_REUSE_MAX", "100000")) or None
+
 DJANGO_WORKFLOWS = json.loads(os.environ.get("BENCH_WORKFLOWS_SETTINGS") or "{}")
 
 LOGGING = {

@@ -38,19 +38,20 @@ DB_WORKER_ARGS = ["--interval", "0.1", "--no-startup-delay", "--verbosity", "0"]
 
 
 class Processes:
-    """``workflows_worker --no-cluster`` and the ``db_worker`` processes, each in its own session."""
+    """``workflows_worker --no-cluster`` and the processes that run the replays (``commands``, each the
+    arguments of ``python -m``: the ``db_worker`` processes by default), each in its own session."""
 
-    def __init__(self, work_dir: Path, name: str):
+    def __init__(self, work_dir: Path, name: str, commands: list[list[str]] | None = None):
         self.log_path = work_dir / f"worker-{name}.log"
         self.processes: list[subprocess.Popen] = []
+        self.commands = commands or [["django", "db_worker", *DB_WORKER_ARGS]] * DB_WORKERS
 
     def start(self) -> Processes:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "benchmarks.settings"}
         self.log = open(self.log_path, "ab")
-        commands = [["workflows_worker", "--no-cluster", "--max-seconds", "1800"]]
-        commands += [["db_worker", *DB_WORKER_ARGS]] * DB_WORKERS
+        commands = [["django", "workflows_worker", "--no-cluster", "--max-seconds", "1800"], *self.commands]
         for command in commands:
-            self.processes.append(subprocess.Popen([sys.executable, "-m", "django", *command], cwd=ROOT, env=env,
+            self.processes.append(subprocess.Popen([sys.executable, "-m", *command], cwd=ROOT, env=env,
                                                    stdout=self.log, stderr=subprocess.STDOUT,
                                                    start_new_session=True))
         deadline = time.monotonic() + 60

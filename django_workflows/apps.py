@@ -42,6 +42,15 @@ class DjangoWorkflowsConfig(AppConfig):
 
         connection_created.connect(watch_connection, dispatch_uid="django_workflows.engine.atomic_steps")
 
+        # The executor prepares every process before anything is enqueued: a Celery worker learns the
+        # replay task here, as Django is set up in it. One that cannot be imported is check E002's.
+        from django_workflows.conf import workflow_settings
+
+        try:
+            workflow_settings.import_string("EXECUTOR").install()
+        except (ImportError, AttributeError):
+            pass
+
         # Spans and metrics, when opentelemetry-api is installed (the OPENTELEMETRY setting).
         from django_workflows import telemetry
 

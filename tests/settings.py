@@ -140,6 +140,12 @@ TASKS = {
     "workflows": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["workflows"]},
 }
 
+# The Celery executor's apps (tests/celery_app.py) read these, as a project's celery.py reads its settings;
+# each app names its own broker; the rest are Celery's defaults.
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
 # The refund workflow (tests/testapp) takes its provider's webhooks: a project declaring webhook types
 # names their secret (system check W112). Tests of the webhook endpoint set their own.
 # Large values (LARGE_VALUE_THRESHOLD) are written to the default storage: a folder of this run's, never

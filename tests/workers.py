@@ -47,7 +47,9 @@ class WorkerProcess:
         return env
 
     def start(self) -> WorkerProcess:
-        args = [sys.executable, "-m", "django", self.command]
+        # Celery's worker is its own program (``celery -A app worker``), not a management command.
+        args = [sys.executable, "-m", "celery" if self.command == "celery" else "django"]
+        args += [] if self.command == "celery" else [self.command]
         if self.command == "workflows_worker":
             args += ["--workers", str(self.workers), "--max-seconds", "240"]
         self.log = open(self.log_path, "ab")

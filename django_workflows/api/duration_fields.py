@@ -27,7 +27,7 @@ class RetentionDurationField(serializers.Field):
         return data
 
 
-@extend_schema_field({"oneOf": [{"type": "number", "exclusiveMinimum": 0,
+@extend_schema_field({"oneOf": [{"type": "number", "minimum": 1,
                                  "maximum": MAX_TIMEOUT.days * 86_400_000},
                                 {"type": "string", "example": "7 days"}]})
 class TimeoutField(serializers.Field):

@@ -9,6 +9,8 @@ from typing import Any
 from django.core.checks import CheckMessage
 from django.utils.module_loading import import_string
 
+from django_workflows import routing
+
 # The tasks, by name: an executor runs them without importing the engine, which imports the store,
 # which calls the executor to enqueue.
 REPLAY_TASK = "django_workflows.engine.replay_tasks.run_replay"
@@ -18,6 +20,23 @@ PROBE_TASK = "django_workflows.engine.replay_tasks.answer_probe"
 
 def run_task(name: str, *args: Any) -> None:
     import_string(name)(*args)
+
+
+def by_queue(instance_pks: list[int]) -> dict[str, list[int]]:
+    """The instances by the queue their replays are routed to: all of them to the default queue, with
+    no statement, while the project has no other (``options.queues_in_use``); else as their rows say,
+    read in one statement."""
+    from django_workflows.models import Instance
+    from django_workflows.options import queues_in_use
+
+    if queues_in_use() == {routing.DEFAULT_QUEUE}:
+        return {routing.DEFAULT_QUEUE: list(instance_pks)}
+    queues = dict(Instance.objects.filter(pk__in=instance_pks).values_list("pk", "queue"))
+    routed: dict[str, list[int]] = {}
+    for pk in instance_pks:
+        # An instance deleted meanwhile has nothing to replay; its task finds nothing to do anywhere.
+        routed.setdefault(queues.get(pk, routing.DEFAULT_QUEUE), []).append(pk)
+    return routed
 
 
 class BaseExecutor(ABC):
@@ -36,6 +55,10 @@ class BaseExecutor(ABC):
     #: Whether replays run in this process as soon as they are enqueued.
     runs_inline: bool = False
 
+    #: The command that runs this executor's replays, when it is not a django-q2 cluster: then
+    #: ``workflows_worker`` refuses to start one, and runs beside that command with ``--no-cluster``.
+    worker_command: str | None = None
+
     def __init__(self, **options: Any) -> None:
         self.options = options
 
@@ -49,6 +72,12 @@ class BaseExecutor(ABC):
         task; each replay stays its own, as if enqueued alone."""
         for pk in instance_pks:
             self.enqueue_replay(pk)
+
+    @classmethod
+    def install(cls) -> None:
+        """Prepare this process for the executor, once Django's apps are ready and before anything is
+        enqueued or run (``AppConfig.ready()`` calls it on the configured executor's class). Most need
+        nothing; one whose worker must know its tasks by the time it takes one declares them here."""
 
     def check(self) -> Iterable[CheckMessage]:
         """System-check messages about this executor's configuration."""

@@ -22,7 +22,7 @@ from django.db import router
 from django_workflows import routing
 from django_workflows.errors import WorkflowConfigError, require_extra
 from django_workflows.executors import q2_conf
-from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, REPLAYS_TASK, BaseExecutor, run_task
+from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, REPLAYS_TASK, BaseExecutor, by_queue, run_task
 from django_workflows.executors.q2_conf import ORM_BROKER, q_cluster
 
 TASK_GROUP = "django_workflows"
@@ -51,23 +51,6 @@ def batches(instance_pks: list[int]) -> list[list[int]]:
         chunks.append(instance_pks[start:end])
         start = end
     return chunks
-
-
-def by_queue(instance_pks: list[int]) -> dict[str, list[int]]:
-    """The instances by the queue their replays are routed to: all of them to the default queue, with
-    no statement, while the project has no other (``options.queues_in_use``); else as their rows say,
-    read in one statement."""
-    from django_workflows.models import Instance
-    from django_workflows.options import queues_in_use
-
-    if queues_in_use() == {routing.DEFAULT_QUEUE}:
-        return {routing.DEFAULT_QUEUE: list(instance_pks)}
-    queues = dict(Instance.objects.filter(pk__in=instance_pks).values_list("pk", "queue"))
-    routed: dict[str, list[int]] = {}
-    for pk in instance_pks:
-        # An instance deleted meanwhile has nothing to replay; its task finds nothing to do anywhere.
-        routed.setdefault(queues.get(pk, routing.DEFAULT_QUEUE), []).append(pk)
-    return routed
 
 
 class DjangoQExecutor(BaseExecutor):

@@ -39,6 +39,8 @@ class TasksExecutor(BaseExecutor):
     the commit that enqueued it, and ``DummyBackend`` never runs one (check W201).
     """
 
+    worker_command = "manage.py db_worker, django-tasks-db's"
+
     def __init__(self, *, backend: str = "default", queue_name: str = "default"):
         super().__init__(backend=backend, queue_name=queue_name)
         self.framework = tasks_framework()

@@ -252,7 +252,48 @@ def test_e009_the_tasks_framework_missing_on_django_5(settings, monkeypatch):
     assert "pip install 'django-durable-workflows[tasks]'" in message.msg
 
 
-CHECK_SOURCES = ["checks.py", "executors/q2.py", "executors/tasks.py"]
+def _celery_executor(**options) -> dict:
+    return {"EXECUTOR": "django_workflows.executors.celery.CeleryExecutor",
+            "EXECUTOR_OPTIONS": {"app": "tests.celery_app.memory_app", "queue": "workflows", **options}}
+
+
+def test_the_celery_executor_with_an_app_passes(settings):
+    settings.DJANGO_WORKFLOWS = _celery_executor()
+    assert checks.check_settings() == []
+
+
+def test_e009_a_celery_app_that_cannot_be_imported(settings):
+    settings.DJANGO_WORKFLOWS = _celery_executor(app="proj.celery.app")
+    [message] = checks.check_settings()
+    assert message.id == "django_workflows.E009"
+    assert "cannot import the Celery app 'proj.celery.app'" in message.msg
+
+
+def test_e009_celery_not_installed(settings, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "celery", None)  # as if it were not installed
+    settings.DJANGO_WORKFLOWS = _celery_executor()
+    [message] = checks.check_settings()
+    assert message.id == "django_workflows.E009"
+    assert "pip install 'django-durable-workflows[celery]'" in message.msg
+
+
+@pytest.mark.parametrize(("setting", "value", "id_", "said"), [
+    ("task_always_eager", True, "W301", "does not follow"),
+    ("task_soft_time_limit", 60, "W302", "SoftTimeLimitExceeded"),
+])
+def test_celery_settings_the_executor_cannot_honour(settings, monkeypatch, setting, value, id_, said):
+    from tests.celery_app import memory_app
+
+    monkeypatch.setitem(memory_app.conf, setting, value)
+    settings.DJANGO_WORKFLOWS = _celery_executor()
+    [message] = checks.check_settings()
+    assert message.id == f"django_workflows.{id_}"
+    assert "'tests.celery_app.memory_app'" in message.msg and said in message.msg
+
+
+CHECK_SOURCES = ["checks.py", "executors/q2.py", "executors/tasks.py", "executors/celery.py"]
 
 
 def _message_text(node) -> str:

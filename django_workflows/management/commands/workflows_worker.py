@@ -16,7 +16,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-seconds", type=float, default=None, help="Stop after this many seconds.")
         parser.add_argument("--no-cluster", action="store_true",
                             help="Run only the wake-up loop and the sweeper (replays run elsewhere: in a separate "
-                                 "qcluster, or in the task backend's worker with the tasks executor).")
+                                 "qcluster, or in the executor's own worker: the task backend's with the tasks "
+                                 "executor, Celery's with the Celery executor).")
         parser.add_argument("--queues", default=None,
                             help="Serve only these queues, separated by commas (e.g. heavy,default); default: every "
                                  "queue. An instance of another queue is never taken here.")
@@ -31,11 +32,11 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if not no_cluster:
             from django_workflows.executors import get_executor
-            from django_workflows.executors.tasks import TasksExecutor
 
-            if isinstance(get_executor(), TasksExecutor):
-                raise CommandError("The tasks executor's replays run in its task backend's worker (manage.py "
-                                   "db_worker for django-tasks-db), not in a django-q2 cluster: run "
+            executor = get_executor()
+            if executor.worker_command:
+                raise CommandError(f"The replays of {type(executor).__name__} run in its own worker "
+                                   f"({executor.worker_command}), not in a django-q2 cluster: run "
                                    "workflows_worker --no-cluster beside that worker.")
             try:
                 require_extra("django_q", "q2", "workflows_worker's cluster")

@@ -159,6 +159,8 @@ def instance_summary(instance: Instance) -> dict:
         "waiting_reason": instance.waiting_reason,
         # The content type comes from Django's cache of them: no query per instance of a list.
         "subject": subjects.reference(instance.subject_type_id, instance.subject_id),
+        "queue": instance.queue,
+        "priority": instance.priority,
     }
 
 

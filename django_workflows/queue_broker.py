@@ -10,29 +10,16 @@ with one BLPOP over every list.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django_workflows.errors import WorkflowConfigError, require_extra
 from django_workflows.executors import q2_conf
 
 require_extra("django_q", "q2", "The broker of a worker serving queues (django_workflows.queue_broker)")
 
 from django_q.brokers import Broker, get_broker  # noqa: E402
-from django_q.brokers.redis_broker import Redis  # noqa: E402
 
-
-class RedisQueues(Redis):
-    """django-q2's Redis broker, taking the next task of any of several lists."""
-
-    def __init__(self, list_keys: list[str]):
-        super().__init__(list_key=list_keys[0])
-        self.list_keys = [Redis(list_key=key).list_key for key in list_keys]
-
-    def dequeue(self) -> Any:
-        task = self.connection.blpop(self.list_keys, 1)
-        if task:
-            return [(None, task[1])]
-        return None
+# django-q2's Redis broker, by where it is defined: imported only when a worker uses it, since it needs
+# the redis package, which a project on the ORM broker does not install ([q2] without [redis]).
+REDIS_BROKER = ("django_q.brokers.redis_broker", "Redis")
 
 
 def for_queues(queues: tuple[str, ...]) -> Broker | None:
@@ -49,7 +36,9 @@ def for_queues(queues: tuple[str, ...]) -> Broker | None:
     if isinstance(broker, ORMBroker):
         broker.list_keys = keys
         return broker
-    if type(broker) is Redis:
+    if (type(broker).__module__, type(broker).__name__) == REDIS_BROKER:
+        from django_workflows.redis_queues import RedisQueues
+
         return RedisQueues(keys)
     raise WorkflowConfigError(
         f"One worker serves several queues ({', '.join(queues)}) with django_workflows' ORM broker "

@@ -51,6 +51,14 @@ class BatchItemSerializer(RejectUnknownFields, serializers.Serializer):
         required=False, allow_null=True,
         help_text="Its deadline instead of the workflow's timeout, measured from now: past it, it ends errored "
                   "with WorkflowTimeoutError. Left out or null: the workflow's timeout, if it has one.")
+    priority = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=9,
+        help_text="0 to 9: a queued instance of higher priority starts first in its queue. Left out or null: "
+                  "the workflow's priority.")
+    queue = StrictCharField(
+        required=False, allow_null=True, max_length=64,
+        help_text="The queue its replays are routed to (workers started with --queues serve it); one of the "
+                  "project's queues. Left out or null: the workflow's queue.")
 
 
 class CreateInstanceSerializer(BatchItemSerializer):
@@ -215,6 +223,8 @@ class InstanceSummarySerializer(Described):
     subject = serializers.CharField(
         allow_null=True, help_text="The row it is about, create(subject=...), as app_label.model:pk "
                                    "(shop.order:42); null when it is about none.")
+    queue = serializers.CharField(help_text="The queue its replays are routed to (django_workflows.routing).")
+    priority = serializers.IntegerField(help_text="0 to 9: of the queued instances, a higher one starts first.")
 
 
 class InstancePageSerializer(Described):

@@ -236,7 +236,8 @@ class InstanceListView(WorkflowAPIView):
             created = handle.create(id=data.get("instance_id"), params=data.get("params"),
                                     retention=data.get("retention"), subject=subject_row(data), tags=data.get("tags"),
                                     timeout=data.get("timeout"), start_at=data.get("start_at"),
-                                    start_in=data.get("start_in"), debounce=data.get("debounce"))
+                                    start_in=data.get("start_in"), debounce=data.get("debounce"),
+                                    priority=data.get("priority"), queue=data.get("queue"))
             self.created_visible([created])
         # A debounced trigger that joined an instance created none.
         return Response(s.InstanceSerializer(describe_instance(self.instance_row(created))).data,
@@ -255,7 +256,8 @@ class InstanceBatchView(WorkflowAPIView):
         with transaction.atomic():
             created = handle.create_batch([
                 {"id": item.get("instance_id"), "params": item.get("params"), "retention": item.get("retention"),
-                 "subject": subject_row(item), "tags": item.get("tags"), "timeout": item.get("timeout")}
+                 "subject": subject_row(item), "tags": item.get("tags"), "timeout": item.get("timeout"),
+                 "priority": item.get("priority"), "queue": item.get("queue")}
                 for item in serializer.validated_data
             ])
             self.created_visible(created)

@@ -20,6 +20,7 @@ no-op.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 from functools import cached_property
 
 from django.core.checks import Warning
@@ -27,7 +28,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
 from django_workflows.errors import WorkflowConfigError
-from django_workflows.executors.base import BaseExecutor
+from django_workflows import routing
+from django_workflows.executors.base import BaseExecutor, by_queue
 from django_workflows.executors.tasks_framework import PART, framework_class, tasks_framework
 
 
@@ -44,7 +46,7 @@ class TasksExecutor(BaseExecutor):
     def __init__(self, *, backend: str = "default", queue_name: str = "default"):
         super().__init__(backend=backend, queue_name=queue_name)
         self.framework = tasks_framework()
-        invalid_task = framework_class(self.framework, "exceptions.TaskException")
+        invalid_task = self.invalid_task = framework_class(self.framework, "exceptions.TaskException")
         # Refused here, before an instance is written that no task could ever be enqueued for: the
         # alias must name a backend of TASKS, and that backend must accept the queue.
         try:
@@ -79,7 +81,21 @@ class TasksExecutor(BaseExecutor):
         return self.queue_database == router.db_for_write(Instance)
 
     def enqueue_replay(self, instance_pk: int) -> None:
-        self.task.enqueue(instance_pk)
+        [(queue, _)] = by_queue([instance_pk]).items()
+        self.task_for(queue).enqueue(instance_pk)
+
+    def task_for(self, queue: str) -> Any:
+        """The replay task on the task queue of a workflow queue: the default queue's on ``queue_name``,
+        another's on the task queue of its name, which the backend must list (its ``QUEUES``) and a
+        worker started for it takes from (``db_worker --queue-name heavy``)."""
+        if queue == routing.DEFAULT_QUEUE:
+            return self.task
+        try:
+            return self.task.using(queue_name=queue)
+        except self.invalid_task as exc:
+            raise WorkflowConfigError(
+                f"{PART} cannot enqueue the replays of the workflow queue {queue!r} on the task backend "
+                f"{self.options['backend']!r}: {exc}. List {queue!r} in its QUEUES.") from exc
 
     def check(self) -> Iterable:
         in_process = {

@@ -262,6 +262,7 @@ def test_a_worker_of_several_queues_takes_from_each_of_their_lists(db):
     from django_q.conf import Conf
 
     from django_workflows import queue_broker
+    from django_workflows.redis_queues import RedisQueues
     from django_workflows.broker import ORMBroker
 
     assert queue_broker.for_queues(("default",)) is None  # django-q2's own, as before queues
@@ -274,6 +275,57 @@ def test_a_worker_of_several_queues_takes_from_each_of_their_lists(db):
     ORMBroker(list_key="somebody-else").enqueue("not-ours")
     taken = [payload for _ in range(3) for _, payload in broker._claim()]  # as many claims as its batch needs
     assert sorted(taken) == ["default-task", "heavy-task"]
-    redis = queue_broker.RedisQueues([f"{Conf.CLUSTER_NAME}.heavy", Conf.CLUSTER_NAME])
+    redis = RedisQueues([f"{Conf.CLUSTER_NAME}.heavy", Conf.CLUSTER_NAME])
     assert redis.list_keys == [Redis(list_key=f"{Conf.CLUSTER_NAME}.heavy").list_key,
                                Redis(list_key=Conf.CLUSTER_NAME).list_key]
+
+
+def test_a_worker_on_the_orm_broker_starts_without_the_redis_package(monkeypatch):
+    # [q2] without [redis], as the tutorial installs it: the queues' broker must not need redis to load.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "redis", None)  # an import of redis now fails, as when not installed
+    for module in ("django_workflows.queue_broker", "django_workflows.redis_queues", "django_q.brokers.redis_broker"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    from django_workflows import queue_broker
+
+    assert queue_broker.for_queues(("default",)) is None
+
+
+@pytest.fixture
+def api(db, workflows_env):
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    user = User.objects.create_superuser("flow", password="x")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def test_the_api_creates_with_a_priority_and_a_queue_and_shows_them(api, workflows_env):
+    response = api.post("/workflows/three-steps/instances/", {"instance_id": "urgent", "priority": 9,
+                                                              "queue": "heavy"}, format="json")
+    assert response.status_code == 201, response.json()
+    assert (response.json()["priority"], response.json()["queue"]) == (9, "heavy")
+    assert Instance.objects.filter(instance_id="urgent").values_list("priority", "queue").get() == (9, "heavy")
+    batch = api.post("/workflows/three-steps/instances/batch/", [{"instance_id": "in-batch", "priority": 3}],
+                     format="json")
+    assert batch.status_code == 201, batch.json()
+    assert Instance.objects.get(instance_id="in-batch").priority == 3
+    listed = api.get("/workflows/three-steps/instances/").json()["results"]
+    assert {(row["id"], row["priority"], row["queue"]) for row in listed} >= {("urgent", 9, "heavy"),
+                                                                              ("in-batch", 3, "default")}
+
+
+@pytest.mark.parametrize("body, field", [({"priority": 10}, "priority"), ({"priority": "high"}, "priority"),
+                                         ({"queue": "nowhere"}, None), ({"queue": 7}, "queue")])
+def test_the_api_refuses_a_priority_or_queue_it_cannot_take_and_creates_nothing(api, workflows_env, body, field):
+    response = api.post("/workflows/three-steps/instances/", body, format="json")
+    assert response.status_code == 400, response.json()
+    if field is not None:
+        assert field in str(response.json()), response.json()
+    else:
+        assert "nowhere" in str(response.json())
+    assert not Instance.objects.exists()

@@ -50,6 +50,24 @@ def test_a_replay_is_one_task_that_carries_only_the_instance_pk(settings):
     assert (task.backend_name, task.queue_name, task.status) == ("workflows", "workflows", "READY")
 
 
+def test_a_workflow_queue_s_replays_go_to_the_task_queue_of_its_name(settings):
+    # The test project has a second queue ("heavy"): its replays go to the backend's queue of that name,
+    # which a db_worker started for it takes from; the default queue's to the executor's queue_name.
+    settings.TASKS = {**settings.TASKS, "workflows": {**settings.TASKS["workflows"], "QUEUES": ["workflows", "heavy"]}}
+    use_tasks_executor(settings)
+    heavy = workflows.get("quick").create(id="heavy-one", queue="heavy")
+    light = workflows.get("quick").create(id="light-one")
+    queues = dict(DBTaskResult.objects.values_list("args_kwargs__args__0", "queue_name"))
+    assert queues == {heavy.pk: "heavy", light.pk: "workflows"}
+
+
+def test_a_workflow_queue_the_task_backend_does_not_list_is_refused_and_creates_nothing(settings):
+    use_tasks_executor(settings)
+    with pytest.raises(WorkflowConfigError, match="List 'heavy' in its QUEUES"):
+        workflows.get("quick").create(id="nowhere", queue="heavy")
+    assert not Instance.objects.exists() and not DBTaskResult.objects.exists()
+
+
 def test_the_task_is_written_in_the_transaction_that_queues_the_instance(settings):
     use_tasks_executor(settings)
     assert get_executor().enqueues_in_transaction

@@ -192,7 +192,8 @@ class ClusterWatch:
         Busy is what a replay does, not what a column says: one of the cluster's processes is inside a
         step body that runs within its timeout (its lease keeper, renewing the lease from inside the body,
         marks ``progressed_at``, at least once a ``LEASE_SECONDS``), or replays took or gave back leases
-        since the probe was sent (the probe waits in the queue behind a backlog). A cluster whose every
+        since the probe was sent, within the last ``WEDGE_SECONDS`` (the probe waits in the queue behind a
+        backlog). A cluster whose every
         worker is inside a ten-minute step answers the probe only when one of them is free, and must not
         be killed for it. A live lease alone is not enough: a worker hung outside any step (at its exit,
         on a lock of the task queue) may go on renewing one, and its cluster takes no task.
@@ -209,8 +210,12 @@ class ClusterWatch:
             )
             if inside_a_step.exists():
                 return True
-        # A replay that took or gave back a lease since (both write updated_at): the queue moves.
-        return Instance.objects.filter(updated_at__gte=since).exclude(status=InstanceStatus.QUEUED).exists()
+        # A replay that took or gave back a lease lately (both write updated_at): the queue moves. Lately,
+        # not merely since the probe was sent: a replay that took its lease just after the probe and
+        # froze there, holding SQLite's write lock, leaves the probe unanswered for good, and would
+        # otherwise count as progress for ever.
+        lately = max(since, now - timedelta(seconds=workflow_settings.WEDGE_SECONDS))
+        return Instance.objects.filter(updated_at__gte=lately).exclude(status=InstanceStatus.QUEUED).exists()
 
     def restart(self, wedged: bool = False) -> None:
         # A wedged cluster cannot stop gracefully (its workers would finish their current task, and

@@ -13,10 +13,19 @@ from django_workflows.migration_operations import AddIndexConcurrentlyOnPostgreS
 _TO_START = ("queued", "waiting", "running", "paused", "waitingForPause")
 
 
+# Rows given their turn per statement: each statement commits on its own (the migration is not atomic),
+# so it holds the row locks of one batch for milliseconds, never those of every instance to start at
+# once, which would hold up the running workers' writes for as long as the whole update took.
+BATCH = 1000
+
+
 def give_turns(apps, schema_editor):
     Instance = apps.get_model("django_workflows", "Instance")
-    Instance.objects.using(schema_editor.connection.alias).filter(
-        status__in=_TO_START, turn_at__isnull=True).update(turn_at=models.F("created_at"))
+    rows = Instance.objects.using(schema_editor.connection.alias)
+    last = rows.order_by("-pk").values_list("pk", flat=True).first() or 0
+    for start in range(0, last + 1, BATCH):
+        rows.filter(pk__gte=start, pk__lt=start + BATCH, status__in=_TO_START, turn_at__isnull=True).update(
+            turn_at=models.F("created_at"))
 
 
 class Migration(migrations.Migration):
@@ -49,7 +58,7 @@ class Migration(migrations.Migration):
             name='limit_key',
             field=models.CharField(blank=True, db_default='', default='', help_text="What its workflow's keyed concurrency and rate limits count it by (a customer, a tenant); empty when they are not keyed.", max_length=255),
         ),
-        migrations.RunPython(give_turns, migrations.RunPython.noop, elidable=True),
+        migrations.RunPython(give_turns, migrations.RunPython.noop, atomic=False, elidable=True),
         AddIndexConcurrentlyOnPostgreSQL(
             model_name='instance',
             index=models.Index(fields=['workflow_name', 'limit_key', 'status', 'turn_at'], name='dw_instance_key_turns'),

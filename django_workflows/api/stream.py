@@ -90,22 +90,29 @@ class InstanceStream:
             chunks.append(_event("status", row))
         return chunks
 
+    def paced(self, chunks: list[str], started: float, quiet_since: float) -> tuple[list[str], float, bool]:
+        """What a look sends, for both ways of waiting: its chunks, or a keep-alive comment after a quiet
+        spell; when the stream was last not quiet; and whether it ends (the instance ended, or the stream
+        is as long as a stream may be)."""
+        now = time.monotonic()
+        if self.ended or now - started >= STREAM_SECONDS:
+            return chunks, quiet_since, True
+        if chunks:
+            return chunks, now, False
+        if now - quiet_since >= KEEPALIVE_SECONDS:
+            return [": keep-alive\n\n"], now, False
+        return chunks, quiet_since, False
+
     def events(self) -> Iterator[str]:
         """The stream, waiting in this thread (WSGI)."""
         yield f"retry: {RETRY_MILLISECONDS}\n\n"
         started = quiet_since = time.monotonic()
         with InstanceWatch(self.instance_pk, router.db_for_read(Instance)) as watch:
             while True:
-                chunks = self.look()
+                chunks, quiet_since, done = self.paced(self.look(), started, quiet_since)
                 yield from chunks
-                now = time.monotonic()
-                if self.ended or now - started >= STREAM_SECONDS:
+                if done:
                     return
-                if chunks:
-                    quiet_since = now
-                elif now - quiet_since >= KEEPALIVE_SECONDS:
-                    quiet_since = now
-                    yield ": keep-alive\n\n"
                 watch.wait(LOOK_SECONDS)
 
     async def aevents(self) -> AsyncIterator[str]:
@@ -115,17 +122,11 @@ class InstanceStream:
         look = sync_to_async(self.look)
         async with AsyncInstanceWatch(self.instance_pk, router.db_for_read(Instance)) as watch:
             while True:
-                chunks = await look()
+                chunks, quiet_since, done = self.paced(await look(), started, quiet_since)
                 for chunk in chunks:
                     yield chunk
-                now = time.monotonic()
-                if self.ended or now - started >= STREAM_SECONDS:
+                if done:
                     return
-                if chunks:
-                    quiet_since = now
-                elif now - quiet_since >= KEEPALIVE_SECONDS:
-                    quiet_since = now
-                    yield ": keep-alive\n\n"
                 await watch.wait(LOOK_SECONDS)
 
 

@@ -16,6 +16,9 @@ from django_workflows import routing
 REPLAY_TASK = "django_workflows.engine.replay_tasks.run_replay"
 REPLAYS_TASK = "django_workflows.engine.replay_tasks.run_replays"
 PROBE_TASK = "django_workflows.engine.replay_tasks.answer_probe"
+# The name the Celery executor sends every replay under, kept from one release to the next: a task queued
+# before an upgrade is run after it by this name.
+CELERY_REPLAY_TASK = "django_workflows.executors.celery_task.run_replay"
 
 
 def run_task(name: str, *args: Any) -> None:

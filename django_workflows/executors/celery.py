@@ -24,12 +24,12 @@ from django.utils.module_loading import import_string
 
 from django_workflows import routing
 from django_workflows.errors import WorkflowConfigError, require_extra
-from django_workflows.executors.base import BaseExecutor, by_queue
+from django_workflows.executors.base import CELERY_REPLAY_TASK, BaseExecutor, by_queue
 
 PART = "The Celery executor (DJANGO_WORKFLOWS['EXECUTOR'])"
-# The name every replay task is sent under, kept from one release to the next: a task queued before an
-# upgrade is run after it by this name.
-REPLAY_TASK_NAME = "django_workflows.executors.celery_task.run_replay"
+# The name every replay task is sent under (defined beside the other task names, where celery_task.py
+# reads it without importing this module).
+REPLAY_TASK_NAME = CELERY_REPLAY_TASK
 OPTIONS = ("app", "queue")
 
 

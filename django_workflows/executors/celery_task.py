@@ -25,11 +25,10 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import close_old_connections
 
-from django_workflows.executors.base import REPLAY_TASK, run_task
-from django_workflows.executors.celery import REPLAY_TASK_NAME
+from django_workflows.executors.base import CELERY_REPLAY_TASK, REPLAY_TASK, run_task
 
 
-@shared_task(name=REPLAY_TASK_NAME, acks_late=True, reject_on_worker_lost=False, ignore_result=True)
+@shared_task(name=CELERY_REPLAY_TASK, acks_late=True, reject_on_worker_lost=False, ignore_result=True)
 def run_replay(instance_pk: int) -> None:
     """One replay of one instance: the task carries only its primary key."""
     # Around each replay as Django around each request and django-q2 around each task: a connection past

@@ -58,6 +58,10 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
 
+# The packages the benchmark harness itself imports, installed into the base's virtualenv beside its package.
+HARNESS = ("django-tasks", "django-tasks-db", "celery", "redis", "psycopg", "psycopg-binary")
+
+
 def _constraints(path: Path) -> Path:
     """This environment's versions as pip constraints, without the package itself (installed editable)."""
     frozen = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], capture_output=True,
@@ -87,6 +91,13 @@ def build(commit: str) -> Side:
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                         "-c", str(_constraints(home / "constraints.txt")), "-e", f"{tree}[all]"], check=True)
         ready.write_text(sha + "\n")
+    harness = home / "harness-ready"
+    if not harness.exists():
+        # What HEAD's benchmark harness loads whatever the base's extras were (django_tasks and its database
+        # backend, the Celery and Redis clients, the PostgreSQL driver): a base from before them lacks them.
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "-c", str(_constraints(home / "constraints.txt")), *HARNESS], check=True)
+        harness.write_text(sha + "\n")
     driver = home / "driver"
     shutil.rmtree(driver, ignore_errors=True)
     shutil.copytree(ROOT / "benchmarks", driver / "benchmarks",

@@ -47,7 +47,9 @@ from benchmarks.common import (  # noqa: E402
     summary,
     write_json,  # noqa: E402
 )
-from django_workflows import clock, workflows  # noqa: E402
+from django_workflows import workflows  # noqa: E402
+from benchmarks import compat  # noqa: E402
+clock = compat.clock()
 from django_workflows.models import (  # noqa: E402
     Event,
     Instance,

@@ -25,6 +25,21 @@ def _first(name: str, *modules: str) -> Any:
     raise ImportError(f"{name} is in none of {', '.join(modules)}")
 
 
+def module(*paths: str) -> Any:
+    """The first of ``paths`` that imports: a module the measured commit keeps under one of them (before
+    the package's folders by layer, ``django_workflows.shared.clock`` was ``django_workflows.clock``)."""
+    for path in paths:
+        try:
+            return importlib.import_module(path)
+        except ImportError:
+            continue
+    raise ImportError(f"none of {', '.join(paths)} imports")
+
+
+def clock() -> Any:
+    return module("django_workflows.shared.clock", "django_workflows.clock")
+
+
 def replay(*args, **kwargs):
     return _first("replay", "django_workflows.engine.replay", "django_workflows.engine.replay",
                   "django_workflows.engine")(*args, **kwargs)
@@ -70,9 +85,9 @@ def _descendants(pid: int) -> list[int]:
 
 
 def processes() -> Any:
-    """``django_workflows.processes``, or the same reading of /proc for a package from before it."""
+    """``django_workflows.shared.processes``, or the same reading of /proc for a package from before it."""
     try:
-        return importlib.import_module("django_workflows.processes")
+        return module("django_workflows.shared.processes", "django_workflows.processes")
     except ImportError:
         return SimpleNamespace(stat_fields=_stat_fields, process_ids=_process_ids, descendants=_descendants,
                                USER_TICKS=11)

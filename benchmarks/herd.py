@@ -52,7 +52,8 @@ from benchmarks.common import (
     summary,
     write_json,
 )
-from django_workflows import clock
+from benchmarks import compat  # noqa: E402
+clock = compat.clock()
 from django_workflows.models import Instance, Step, StepKind, WorkerHeartbeat
 
 # Seconds between the UPDATE that sets the wake time and the wake time itself: the UPDATE of 10,000

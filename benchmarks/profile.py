@@ -80,7 +80,8 @@ def compile_costs() -> str:
     from django.db.models.functions import Coalesce
     from django.db.models.sql import UpdateQuery
 
-    from django_workflows import clock
+    from benchmarks import compat
+    clock = compat.clock()
     from django_workflows.models import Instance, InstanceStatus, Step
 
     _TAKEN_OVER = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)

@@ -122,9 +122,9 @@ def measure(loaded: dict, repeat: int) -> list[dict]:
     from rest_framework.authtoken.models import Token
 
     try:
-        from django_workflows.describe import status_totals
+        from django_workflows.reading.describe import status_totals
     except ImportError:  # a release before the estimated counts: measured as it was
-        from django_workflows.describe import status_counts as status_totals
+        from django_workflows.reading.describe import status_counts as status_totals
     from django_workflows.models import Instance
     from django_workflows.store import dispatch, retention
 

@@ -14,11 +14,21 @@ the same database is the default. ``BENCH_WORKFLOWS_SETTINGS`` (JSON) is ``DJANG
 Connections persist (``CONN_MAX_AGE`` 60 s with health checks) unless ``BENCH_CONN_MAX_AGE`` says otherwise.
 """
 
+import importlib.util
 import json
 import os
 import tempfile
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+# The ORM broker's path in the package measured: an A/B run's base may keep it where it stood before the
+# package's folders by layer (django_workflows.broker). Found on disk: the package is not imported here.
+_PACKAGE = importlib.util.find_spec("django_workflows")
+_ORM_BROKER = ("django_workflows.executors.broker.ORMBroker"
+               if _PACKAGE is None or _PACKAGE.submodule_search_locations is None or any(
+                   os.path.exists(os.path.join(location, "executors", "broker.py"))
+                   for location in _PACKAGE.submodule_search_locations)
+               else "django_workflows.broker.ORMBroker")
 
 import django
 
@@ -96,6 +106,10 @@ SQLITE_OPTIONS = {
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
     DATABASES["default"]["NAME"] = os.environ.get("TEST_DATABASE_NAME") or "bench_workflows"
+    # BENCH_SERVER_SIDE_BINDING=1: psycopg binds on the server and prepares a statement run five times on
+    # a connection, so that PostgreSQL plans it once (REPORT.md: the herd gained nothing from it).
+    if os.environ.get("BENCH_SERVER_SIDE_BINDING") == "1":
+        DATABASES["default"]["OPTIONS"] = {"server_side_binding": True}
 else:
     DATABASES = {
         "default": {
@@ -128,8 +142,8 @@ if os.environ.get("TEST_BROKER") == "redis":
     Q_CLUSTER["redis"] = {"host": "127.0.0.1", "port": 6379, "db": int(os.environ.get("TEST_REDIS_DB", "7"))}
 else:
     Q_CLUSTER["orm"] = "default"
-    # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
-    Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
+    # Sleeps while the queue is empty instead of polling it (django_workflows.executors.broker).
+    Q_CLUSTER["broker_class"] = _ORM_BROKER
 
 # The tasks executor's backend, on the benchmark's database: its replays are rows of django-tasks-db's
 # table that db_worker runs.

@@ -2,11 +2,15 @@
 
 Importing this package does not import models: the names that need the app
 registry (``workflows``, ``WorkflowStep``) are resolved lazily on first access.
+
+The modules a project imports by path are those in ``PUBLIC_MODULES``; their paths hold from release to
+release. Every other module is internal: it may move or change between releases (one that moved stays
+importable by its old path for a release, with a DeprecationWarning: ``moved_modules``).
 """
 
 from django_workflows import moved_modules
-from django_workflows.definition import StepContext, WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
-from django_workflows.error_journal import StepFailed
+from django_workflows.shared.definition import StepContext, WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
+from django_workflows.shared.error_journal import StepFailed
 from django_workflows.errors import (
     CpuTimeLimitExceeded,
     DuplicateDelivery,
@@ -55,6 +59,22 @@ from django_workflows.errors import (
 )
 
 __version__ = "0.1.0"
+
+PUBLIC_MODULES = (
+    "django_workflows",  # WorkflowEntrypoint, workflows, the errors, tick (django-q2's schedule)
+    "django_workflows.errors",
+    "django_workflows.signals",
+    "django_workflows.testing",
+    "django_workflows.cloudflare",
+    "django_workflows.async_client",
+    "django_workflows.pytest_plugin",
+    "django_workflows.webhooks",  # sign(), for a sender of signed webhooks
+    "django_workflows.typed_values",  # TaggedSerializer, which SERIALIZER names and a project subclasses
+    "django_workflows.models",  # the rows, for a project's own queries
+    "django_workflows.admin",  # WorkflowInstancesInline
+    "django_workflows.api.urls",
+    "django_workflows.executors",  # the executor classes settings name (EXECUTOR), and BaseExecutor
+)
 
 # Modules that moved stay importable by their old paths (queued tasks and journals name them).
 moved_modules.install()
@@ -125,7 +145,7 @@ def tick() -> None:
 
 def __getattr__(name: str):
     if name == "workflows":
-        from django_workflows.instances import workflows
+        from django_workflows.client.instances import workflows
 
         return workflows
     if name == "WorkflowStep":

@@ -18,19 +18,19 @@ class DjangoWorkflowsConfig(AppConfig):
         q2_conf.install_default()
 
     def ready(self):
-        from django_workflows import checks  # noqa: F401  (registers the system checks)
+        from django_workflows.surfaces import checks  # noqa: F401  (registers the system checks)
         from django_workflows.executors import q2_conf
         from django_workflows.models import Instance
 
         q2_conf.install_broker_alias(router.db_for_write(Instance))
 
         # Each installed app's workflows.py defines its workflows; importing it registers them.
-        from django_workflows.definition import discover
+        from django_workflows.shared.definition import discover
 
         discover()
         post_migrate.connect(install_fallback_schedule, sender=self)
         # Each workflow's own permissions, as Django creates a model's: no migration per workflow.
-        from django_workflows.access import create_workflow_permissions
+        from django_workflows.shared.workflow_access import create_workflow_permissions
 
         post_migrate.connect(create_workflow_permissions, sender=self, dispatch_uid="django_workflows.permissions")
 
@@ -44,7 +44,7 @@ class DjangoWorkflowsConfig(AppConfig):
 
         # The executor prepares every process before anything is enqueued: a Celery worker learns the
         # replay task here, as Django is set up in it. One that cannot be imported is check E002's.
-        from django_workflows.conf import workflow_settings
+        from django_workflows.foundations.conf import workflow_settings
 
         try:
             workflow_settings.import_string("EXECUTOR").install()
@@ -52,7 +52,7 @@ class DjangoWorkflowsConfig(AppConfig):
             pass
 
         # Spans and metrics, when opentelemetry-api is installed (the OPENTELEMETRY setting).
-        from django_workflows import telemetry
+        from django_workflows.shared import telemetry
 
         telemetry.install()
 
@@ -62,7 +62,7 @@ def install_fallback_schedule(using=None, **kwargs):
     once a minute: slower, but nothing is left behind."""
     from django.apps import apps
 
-    from django_workflows.conf import workflow_settings
+    from django_workflows.foundations.conf import workflow_settings
 
     if not workflow_settings.EXECUTOR.endswith("executors.q2.DjangoQExecutor") or not apps.is_installed("django_q"):
         return

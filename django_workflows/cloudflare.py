@@ -12,7 +12,7 @@ What each of Cloudflare's names is here, and where the two differ, is docs/how-t
 
 from __future__ import annotations
 
-from django_workflows.definition import StepContext, WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
+from django_workflows.shared.definition import StepContext, WorkflowEntrypoint, WorkflowEvent, WorkflowStepEvent
 from django_workflows.errors import NonRetryableError
 
 # Cloudflare's TypeScript names for the same things (its Python SDK has no names of its own for them).

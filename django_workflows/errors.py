@@ -273,7 +273,7 @@ class ParamsTooLarge(InvalidParams):
 
 
 class InvalidTags(InvalidParams):
-    """Tags that are not a mapping of short keys to short strings (``django_workflows.tags``)."""
+    """Tags that are not a mapping of short keys to short strings (``django_workflows.foundations.tag_rules``)."""
 
     code = "invalid_tags"
 

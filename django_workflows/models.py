@@ -10,15 +10,15 @@ from django.db import models
 from django.db.models import Count, F, Q
 
 # The queries on instances live in a module of their own; projects import them from here.
-from django_workflows.instance_queries import InstanceQuerySet as InstanceQuerySet
-from django_workflows.instance_queries import with_tags as with_tags
-from django_workflows.inbox_queries import EventQuerySet as EventQuerySet
-from django_workflows.lookups import HoldsAnyOf
+from django_workflows.foundations.instance_queries import InstanceQuerySet as InstanceQuerySet
+from django_workflows.foundations.instance_queries import with_tags as with_tags
+from django_workflows.foundations.inbox_queries import EventQuerySet as EventQuerySet
+from django_workflows.foundations.lookups import HoldsAnyOf
 # Defined beside the models at first: projects and the package import them from here too.
-from django_workflows.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
-from django_workflows.statuses import FINISHED_STATUSES as FINISHED_STATUSES
-from django_workflows.statuses import MARKER_KINDS as MARKER_KINDS
-from django_workflows.statuses import InstanceStatus, ParentEndPolicy, StepKind, StepStatus
+from django_workflows.foundations.statuses import ACTIVE_STATUSES as ACTIVE_STATUSES
+from django_workflows.foundations.statuses import FINISHED_STATUSES as FINISHED_STATUSES
+from django_workflows.foundations.statuses import MARKER_KINDS as MARKER_KINDS
+from django_workflows.foundations.statuses import InstanceStatus, ParentEndPolicy, StepKind, StepStatus
 
 
 class Instance(models.Model):
@@ -32,8 +32,10 @@ class Instance(models.Model):
     error = models.JSONField(null=True, blank=True, help_text="{name, message} when errored.")
     traceback = models.TextField(blank=True, default="")
 
-    wake_at = models.DateTimeField(null=True, blank=True,
-                                   help_text="When a waiting instance is next due; when a scheduled one starts.")
+    wake_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When a waiting instance is next due; when a scheduled one starts; when a queued one a "
+                  "concurrency limit holds back reaches its deadline.")
     # Nullable, so that a previous release's worker inserts instances without it.
     debounce_key = models.CharField(
         max_length=255, null=True, blank=True, default=None,
@@ -101,7 +103,7 @@ class Instance(models.Model):
 
     # The instance's own deadline (``timeout`` on its class, or ``create(timeout=...)``), fixed when it is
     # created so that a deploy changing the class moves no running instance's; its timeout is kept too, for
-    # a restart, which measures it again from then (``django_workflows.deadlines``). Nullable, as the
+    # a restart, which measures it again from then (``django_workflows.shared.deadlines``). Nullable, as the
     # retention columns are, for a previous release's worker that inserts instances without them.
     timeout = models.DurationField(
         null=True, blank=True, default=None,
@@ -139,8 +141,8 @@ class Instance(models.Model):
     )
     subject = GenericForeignKey("subject_type", "subject_id")
 
-    # Where and in what order it runs (django_workflows.routing), and what its workflow's keyed limits
-    # count it with (django_workflows.limits). db_default as well, as for terminating: a worker of the
+    # Where and in what order it runs (django_workflows.shared.routing), and what its workflow's keyed limits
+    # count it with (django_workflows.shared.limits). db_default as well, as for terminating: a worker of the
     # previous release inserts instances without them. turn_at is left NULL by such a worker (it has
     # no constant default): the claim then orders that instance by nothing but its delivery.
     queue = models.CharField(max_length=64, default="default", db_default="default",
@@ -213,6 +215,10 @@ class Instance(models.Model):
             # The same for the instances that start later: the wake-up loop claims each kind by its own.
             models.Index(fields=["status", "wake_at"], name="dw_instance_scheduled",
                          condition=Q(status=InstanceStatus.SCHEDULED)),
+            # And for the queued instances a concurrency limit holds back, whose wake time is their
+            # deadline (store.leases); no other queued instance has a wake time.
+            models.Index(fields=["status", "wake_at"], name="dw_instance_held",
+                         condition=Q(status=InstanceStatus.QUEUED, wake_at__isnull=False)),
             # A workflow's instances by status, oldest first: the admin's lists, and for a workflow with a
             # concurrency limit, the claim's count of the instances holding a slot or queued before
             # the one it takes, and the hand-on's oldest queued instances.
@@ -366,7 +372,7 @@ class Event(models.Model):
 
 
 # The tables beside the journal and the inbox: imported here, where Django looks for the app's models.
-from django_workflows.side_tables import Delivery, InstanceTag, Schedule, WorkerHeartbeat  # noqa: E402
+from django_workflows.foundations.side_tables import Delivery, InstanceTag, Schedule, WorkerHeartbeat  # noqa: E402
 
 __all__ = ["ACTIVE_STATUSES", "FINISHED_STATUSES", "MARKER_KINDS", "Delivery", "Event", "Instance",
            "InstanceStatus", "InstanceTag", "ParentEndPolicy", "Schedule", "Step", "StepKind", "StepStatus",

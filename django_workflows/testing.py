@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from django_workflows import clock, executors
-from django_workflows.durations import parse_duration
+from django_workflows import executors
+from django_workflows.shared import clock
+from django_workflows.shared.durations import parse_duration
 from django_workflows.executors.base import BaseExecutor
 
 

@@ -21,7 +21,7 @@ import hmac
 import re
 import time
 
-from django_workflows.webhook_secrets import secret_key
+from django_workflows.shared.webhook_secrets import secret_key
 
 SIGNATURE_HEADER = "X-Workflows-Signature"
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")

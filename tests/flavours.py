@@ -303,7 +303,7 @@ def use_flavour(flavour: str):
     if flavour != "async":
         raise ValueError(f"flavour is one of {FLAVOURS}, got {flavour!r}")
     from django_workflows.engine import async_run
-    from django_workflows.definition import registry
+    from django_workflows.shared.definition import registry
 
     original_get, original_drive = registry.get, async_run.drive
     shadowed = vars(registry).get("get")  # a get set on the registry itself (another patch), if any

@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 
-from django_workflows.control_flow import AttemptTimedOut
+from django_workflows.foundations.control_flow import AttemptTimedOut
 from django_workflows.engine.timeouts import _drop_a_pending_interruption, watchdog
 
 

@@ -129,8 +129,8 @@ if os.environ.get("TEST_BROKER") == "redis":
     Q_CLUSTER["redis"] = {"host": "127.0.0.1", "port": 6379, "db": int(os.environ.get("TEST_REDIS_DB", "5"))}
 else:
     Q_CLUSTER["orm"] = "default"
-    # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
-    Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
+    # Sleeps while the queue is empty instead of polling it (django_workflows.executors.broker).
+    Q_CLUSTER["broker_class"] = "django_workflows.executors.broker.ORMBroker"
 
 # The tasks executor's tests enqueue replays on "workflows", a django-tasks-db backend with a queue of
 # its own, as a project that keeps the default backend for its other tasks would.

@@ -65,7 +65,9 @@ class WorkerProcess:
         try:
             if self.process is None or self.process.poll() is not None:
                 return self.process.returncode if self.process else None
-            self.process.send_signal(signal.SIGTERM)
+            # A Celery worker gets the cold shutdown (SIGQUIT): its warm one waits seconds on its broker's
+            # connection, and a test that stops it is over; a workflows_worker is stopped as in production.
+            self.process.send_signal(signal.SIGQUIT if self.command == "celery" else signal.SIGTERM)
             try:
                 return self.process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -86,6 +88,15 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")[-5000:]
 
 
+def as_a_terminal_starts_it() -> None:
+    """``preexec_fn`` for a process a test starts as a user's shell would, in the foreground: Ctrl+C's
+    SIGINT and SIGQUIT at their defaults. A test run started in the background (``make ... &``, as CI runs
+    passes side by side) inherits them ignored, and the process would then keep ignoring them, as a
+    program started under ``nohup`` or with ``&`` should."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.05, message: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -102,6 +113,29 @@ def status(instance) -> str:
 
 def wait_status(instance, wanted: str, timeout: float = 30):
     return wait_for(lambda: status(instance) == wanted, timeout, message=f"{instance!r} to be {wanted}")
+
+
+def complete_quick(count: int, timeout: float) -> list:
+    """Create ``count`` instances of tests.testapp's ``quick`` (three steps) and wait for each to complete;
+    return their handles."""
+    from django_workflows import workflows
+
+    instances = [workflows.get("quick").create(id=f"quick-{n}") for n in range(count)]
+    for instance in instances:
+        wait_status(instance, "complete", timeout)
+    return instances
+
+
+def create_crashable(tmp_path: Path, instance_id: str, timeout: float, workflow: str = "crashable"):
+    """Create an instance of a workflow whose step writes its process's pid to a file, then waits to be
+    killed (tests.testapp's ``crashable`` or ``kid-parent``); return its handle and that pid, once the step
+    runs."""
+    from django_workflows import workflows
+
+    marker = tmp_path / "victim.pid"
+    instance = workflows.get(workflow).create(id=instance_id, params={"marker": str(marker)})
+    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), timeout, message="the victim step to start"))
+    return instance, pid
 
 
 def assert_naps_resume_on_time(count: int = 5, within: float = 1.5) -> None:

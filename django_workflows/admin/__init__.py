@@ -17,14 +17,14 @@ from django.contrib import admin
 from django.urls import path
 
 from django_workflows.admin.decisions import ApprovalQueue
-from django_workflows.admin.base import InstanceAdminBase
-from django_workflows.admin.inbox import InboxDiscard
+from django_workflows.admin.page_base import InstanceAdminBase
+from django_workflows.admin.inbox_discard import InboxDiscard
 from django_workflows.admin.instance_list import InstanceList
 from django_workflows.admin.instance_page import InstancePage
-from django_workflows.admin.steering import Steering
+from django_workflows.admin.steering_actions import Steering
 from django_workflows.admin.stored_values import StoredValueDownload
 from django_workflows.admin.subject_inline import WorkflowInstancesInline
-from django_workflows.admin.workflows import WorkflowPages
+from django_workflows.admin.workflow_pages import WorkflowPages
 from django_workflows.models import Instance
 
 __all__ = ["InstanceAdmin", "WorkflowInstancesInline"]

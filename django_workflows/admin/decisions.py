@@ -12,10 +12,10 @@ from django.views.decorators.http import require_POST
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from django_workflows import access, clock
-from django_workflows.admin.base import PageMixin, refuse_nul
+from django_workflows.shared import clock, workflow_access as access
+from django_workflows.admin.page_base import PageMixin, refuse_nul
 from django_workflows.admin.forms import DecisionForm
-from django_workflows.approvals import approval_awaited, awaiting_approval, decision_refused
+from django_workflows.client.approvals import approval_awaited, awaiting_approval, decision_refused
 from django_workflows.models import InstanceStatus
 from django_workflows.templatetags.workflows_admin import readable_json
 

@@ -12,13 +12,13 @@ from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.timezone import localtime
 
-from django_workflows import access, counts
-from django_workflows.admin.base import PageMixin, refuse_nul
+from django_workflows.shared import counts, workflow_access as access
+from django_workflows.admin.page_base import PageMixin, refuse_nul
 from django_workflows.admin.search_filters import SubjectFilter, TagFilter
-from django_workflows.approvals import awaiting_approval
-from django_workflows.definition import registry
-from django_workflows.describe import status_totals
-from django_workflows.drawing.time_axis import human_milliseconds
+from django_workflows.client.approvals import awaiting_approval
+from django_workflows.shared.definition import registry
+from django_workflows.reading.describe import status_totals
+from django_workflows.reading.drawing.time_axis import human_milliseconds
 from django_workflows.store import listing
 from django_workflows.templatetags.workflows_admin import status_badge_html
 

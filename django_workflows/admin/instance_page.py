@@ -12,13 +12,13 @@ from django.utils.decorators import method_decorator
 from django.views.decorators.http import require_POST
 from django.urls import reverse
 
-from django_workflows import clock
-from django_workflows.admin.base import PageMixin
+from django_workflows.shared import clock
+from django_workflows.admin.page_base import PageMixin
 from django_workflows.admin.forms import SendEventForm
-from django_workflows.admin.steering import steering_buttons
-from django_workflows.approvals import approval_awaited, decision_refused
-from django_workflows.definition import registry
-from django_workflows.describe import (
+from django_workflows.admin.steering_actions import steering_buttons
+from django_workflows.client.approvals import approval_awaited, decision_refused
+from django_workflows.shared.definition import registry
+from django_workflows.reading.describe import (
     describe_children,
     describe_event,
     describe_family,
@@ -27,14 +27,14 @@ from django_workflows.describe import (
     describe_retention,
     describe_step,
 )
-from django_workflows.drawing.diagram import render_diagram
-from django_workflows.drawing.time_axis import human_duration, human_milliseconds
-from django_workflows.drawing.timeline import render_timeline
-from django_workflows.durations import format_duration
+from django_workflows.reading.drawing.diagram import render_diagram
+from django_workflows.reading.drawing.time_axis import human_duration, human_milliseconds
+from django_workflows.reading.drawing.timeline import render_timeline
+from django_workflows.shared.durations import format_duration
 from django_workflows.errors import WorkflowError, WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Event, Instance, Step, StepKind
-from django_workflows.options import WorkflowOptions
-from django_workflows.outline import diagram_for
+from django_workflows.shared.options import WorkflowOptions
+from django_workflows.reading.outline import diagram_for
 from django_workflows.templatetags.workflows_admin import status_badge_html
 
 STEPS_PER_PAGE = 50

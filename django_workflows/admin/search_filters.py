@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 
 from django_workflows.errors import InvalidSubject, InvalidTags
 from django_workflows.store import tags as instance_tags
-from django_workflows.tags import parse_tag_filter
+from django_workflows.foundations.tag_rules import parse_tag_filter
 
 OFFERED_TAGS = 30
 

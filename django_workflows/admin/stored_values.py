@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.http import Http404, HttpRequest, HttpResponse
 
-from django_workflows import large_values
-from django_workflows.admin.base import PageMixin
+from django_workflows.shared import large_values
+from django_workflows.admin.page_base import PageMixin
 from django_workflows.errors import StoredValueError
 
 

@@ -19,7 +19,7 @@ from django.contrib.contenttypes.admin import GenericTabularInline
 from django.urls import reverse
 from django.utils.html import format_html
 
-from django_workflows import access
+from django_workflows.shared import workflow_access as access
 from django_workflows.models import Instance
 
 

@@ -9,7 +9,7 @@ from rest_framework.authentication import BasicAuthentication
 from rest_framework.exceptions import NotAuthenticated
 
 from django_workflows.api import exceptions
-from django_workflows.conf import workflow_settings
+from django_workflows.foundations.conf import workflow_settings
 
 
 def default_authenticators() -> list[type]:

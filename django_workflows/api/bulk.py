@@ -8,13 +8,14 @@ from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from django_workflows import access, audit, bulk_steering
+from django_workflows.shared import audit, workflow_access as access
+from django_workflows.surfaces import bulk_steering
 from django_workflows.api import permissions as perms
 from django_workflows.api.schema import operation
 from django_workflows.api.input_fields import RejectUnknownFields
 from django_workflows.api.views import WorkflowAPIView, errors
 from django_workflows.models import Instance
-from django_workflows.transitions import TRANSITIONS
+from django_workflows.shared.transitions import TRANSITIONS
 
 
 class BulkSteerSerializer(RejectUnknownFields, serializers.Serializer):

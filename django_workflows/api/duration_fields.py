@@ -5,9 +5,9 @@ is created."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from django_workflows.deadlines import MAX_TIMEOUT, parse_timeout
+from django_workflows.shared.deadlines import MAX_TIMEOUT, parse_timeout
 from django_workflows.errors import InvalidParams
-from django_workflows.instance_retention import MAX_RETENTION, parse_retention_duration
+from django_workflows.shared.instance_retention import MAX_RETENTION, parse_retention_duration
 
 
 @extend_schema_field({"oneOf": [{"type": "number", "minimum": 0, "maximum": MAX_RETENTION.days * 86_400_000},

@@ -7,8 +7,8 @@ from rest_framework.response import Response
 
 from django_workflows.api import exceptions
 from django_workflows.api import serializers as s
-from django_workflows.conf import workflow_settings
-from django_workflows.counts import CountingPaginator
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.shared.counts import CountingPaginator
 
 
 class InstancePagination(PageNumberPagination):

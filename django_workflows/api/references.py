@@ -7,7 +7,7 @@ from typing import Any
 
 from django.urls import reverse
 
-from django_workflows import large_values
+from django_workflows.shared import large_values
 
 
 def with_addresses(described: dict[str, Any], request) -> dict[str, Any]:

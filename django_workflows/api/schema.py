@@ -22,9 +22,9 @@ from rest_framework.renderers import JSONRenderer
 
 import django_workflows
 from django_workflows.api.access import APIAccess
-from django_workflows.conf import workflow_settings
-from django_workflows.definition import registry
-from django_workflows.options import WorkflowOptions
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.shared.definition import registry
+from django_workflows.shared.options import WorkflowOptions
 
 TITLE = "django-workflows API"
 # Swagger UI's files, for the browser to load: from the project's static files when

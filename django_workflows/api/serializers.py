@@ -1,7 +1,7 @@
 """Request and response shapes. Requests are validated here; everything else is the engine's job.
 
 Responses are written here too: a view answers with ``Serializer(value).data``, ``value`` being what
-``django_workflows.describe`` made, so that the schema drf-spectacular draws from these classes and
+``django_workflows.reading.describe`` made, so that the schema drf-spectacular draws from these classes and
 the answers cannot disagree."""
 
 from drf_spectacular.utils import extend_schema_field
@@ -9,15 +9,13 @@ from rest_framework import serializers
 
 from django_workflows.api.duration_fields import RetentionDurationField, TimeoutField
 # RejectUnknownFields and StrictCharField are importable from here, where they were first defined.
-from django_workflows.api.input_fields import RejectUnknownFields, StrictCharField
+from django_workflows.api.input_fields import PriorityField, RejectUnknownFields, StrictCharField
 from django_workflows.api.start_input import DebounceSerializer, StartDelayField
-from django_workflows.counts import EXACT_UP_TO
-from django_workflows.durations import milliseconds
-from django_workflows.instances import MAX_BATCH
-from django_workflows.transitions import TRANSITIONS
-from django_workflows.validation import MAX_INSTANCE_ID, MAX_STEP_NAME
-
-
+from django_workflows.shared.counts import EXACT_UP_TO
+from django_workflows.shared.durations import milliseconds
+from django_workflows.client.instances import MAX_BATCH
+from django_workflows.shared.transitions import TRANSITIONS
+from django_workflows.foundations.validation import MAX_INSTANCE_ID, MAX_STEP_NAME
 
 
 class RetentionInputSerializer(RejectUnknownFields, serializers.Serializer):
@@ -51,8 +49,8 @@ class BatchItemSerializer(RejectUnknownFields, serializers.Serializer):
         required=False, allow_null=True,
         help_text="Its deadline instead of the workflow's timeout, measured from now: past it, it ends errored "
                   "with WorkflowTimeoutError. Left out or null: the workflow's timeout, if it has one.")
-    priority = serializers.IntegerField(
-        required=False, allow_null=True, min_value=0, max_value=9,
+    priority = PriorityField(
+        required=False, allow_null=True,
         help_text="0 to 9: a queued instance of higher priority starts first in its queue. Left out or null: "
                   "the workflow's priority.")
     queue = StrictCharField(
@@ -127,7 +125,7 @@ class StatusChangeSerializer(RejectUnknownFields, serializers.Serializer):
         return data
 
 
-# A dict of django_workflows.describe on its way out. A key it leaves out stays out (a step's "until" is
+# A dict of django_workflows.reading.describe on its way out. A key it leaves out stays out (a step's "until" is
 # a sleep's alone), where DRF would write null for a missing field that allows null; and the keys keep
 # the dict's order, which for a stored one (an attempt, from a jsonb column on PostgreSQL) is the
 # database's. No docstring: the schema would give it to every serializer below as its description.
@@ -223,7 +221,7 @@ class InstanceSummarySerializer(Described):
     subject = serializers.CharField(
         allow_null=True, help_text="The row it is about, create(subject=...), as app_label.model:pk "
                                    "(shop.order:42); null when it is about none.")
-    queue = serializers.CharField(help_text="The queue its replays are routed to (django_workflows.routing).")
+    queue = serializers.CharField(help_text="The queue its replays are routed to (django_workflows.shared.routing).")
     priority = serializers.IntegerField(help_text="0 to 9: of the queued instances, a higher one starts first.")
 
 

@@ -1,12 +1,12 @@
 """How a create asks for a later start: a delay, and a debounce (``create(start_in=...)``, ``debounce=``),
-checked as ``django_workflows.starts`` checks them, so that a 400 names the field."""
+checked as ``django_workflows.client.starts`` checks them, so that a 400 names the field."""
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from django_workflows.api.input_fields import RejectUnknownFields, StrictCharField
 from django_workflows.errors import InvalidParams
-from django_workflows.starts import MAX_DEBOUNCE_KEY, read_debounce, read_duration
+from django_workflows.client.starts import MAX_DEBOUNCE_KEY, read_debounce, read_duration
 
 
 @extend_schema_field({"oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "example": "10 minutes"}]})

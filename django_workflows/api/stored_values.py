@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse
 
-from django_workflows import large_values
+from django_workflows.shared import large_values
 from django_workflows.api.schema import operation
 from django_workflows.api.views import WorkflowAPIView, errors
 from django_workflows.errors import InstanceNotFound

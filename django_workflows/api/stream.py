@@ -39,7 +39,7 @@ from django_workflows.api import exceptions
 from django_workflows.api.pagination import whole_number
 from django_workflows.api.schema import operation
 from django_workflows.api.views import WorkflowAPIView, errors
-from django_workflows.instance_watch import AsyncInstanceWatch, InstanceWatch
+from django_workflows.shared.instance_watch import AsyncInstanceWatch, InstanceWatch
 from django_workflows.models import FINISHED_STATUSES, Instance
 from django_workflows.store import progress as instance_progress
 

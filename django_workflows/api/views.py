@@ -14,7 +14,10 @@ from rest_framework.exceptions import NotAuthenticated, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_workflows import access, declared_events, sending, subjects, workflows
+from django_workflows import workflows
+from django_workflows.shared import declared_events, workflow_access as access
+from django_workflows.client import sending
+from django_workflows.foundations import subjects
 from django_workflows.api import exceptions
 from django_workflows.api import permissions as perms
 from django_workflows.api import serializers as s
@@ -23,14 +26,14 @@ from django_workflows.api.filters import by_subject_and_tags
 from django_workflows.api.pagination import InstancePagination, whole_number
 from django_workflows.api.references import with_addresses
 from django_workflows.api.schema import operation
-from django_workflows.conf import workflow_settings
-from django_workflows.definition import registry
-from django_workflows.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.shared.definition import registry
+from django_workflows.reading.describe import DETAIL_PAGE_SIZE, describe_instance, describe_workflow, instance_summary
 from django_workflows.errors import InstanceFinished, InstanceNotFound, WorkflowNotFound
-from django_workflows.instances import InstanceHandle, WorkflowHandle
+from django_workflows.client.instances import InstanceHandle, WorkflowHandle
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.options import MAX_VERSION
-from django_workflows.validation import validate_existing_instance_id
+from django_workflows.shared.options import MAX_VERSION
+from django_workflows.foundations.validation import validate_existing_instance_id
 
 ERRORS = {code: OpenApiResponse(s.ErrorSerializer, description=text) for code, text in {
     400: "Invalid input (id, event type, params, retention, JSON).",

@@ -9,13 +9,13 @@ from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.permissions import AllowAny
 
-from django_workflows import audit, declared_events
+from django_workflows.shared import audit, declared_events
 from django_workflows.api import exceptions
 from django_workflows.api import serializers as s
 from django_workflows.api.schema import operation
 from django_workflows.api.views import IDEMPOTENCY_PARAMETER, InstanceEventView, errors, idempotency_key
-from django_workflows.conf import workflow_settings
-from django_workflows.webhook_secrets import secret_for
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.shared.webhook_secrets import secret_for
 from django_workflows.webhooks import SIGNATURE_HEADER, SOURCE_HEADER, SignatureError, delivery_id, verify
 
 _UNGUESSABLE_SECRET = secrets.token_hex(32)

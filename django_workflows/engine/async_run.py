@@ -35,9 +35,9 @@ from django.core.exceptions import SynchronousOnlyOperation
 
 from django_workflows.engine.child_steps import ChildWait, is_child_creator, wait_name
 from django_workflows.engine.concurrent_steps import parse_calls
-from django_workflows.control_flow import Suspend, Terminating
-from django_workflows.definition import WorkflowEvent, WorkflowStepEvent, parameters
-from django_workflows.error_journal import USER_FAILURES
+from django_workflows.foundations.control_flow import Suspend, Terminating
+from django_workflows.shared.definition import WorkflowEvent, WorkflowStepEvent, parameters
+from django_workflows.shared.error_journal import USER_FAILURES
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepKind, StepStatus
 from django_workflows.engine.rollbacks import RolledBack, resume
@@ -106,12 +106,12 @@ class EventLoopRun:
         replay = self.replay
         # step.patched, set_tags and progress answer at once; a marker they must write waits until the
         # loop is idle, before any step called after it is settled.
-        replay.defer_markers(True)
+        replay.markers.deferred = True
         try:
             suspended_rounds = 0
             while True:
                 self._run_until_idle()
-                replay.write_pending_markers()
+                replay.markers.write_pending()
                 if main.done():
                     return _outcome(main)
                 waiting = self.called = [called for called in self.called if not called.future.done()]
@@ -127,7 +127,7 @@ class EventLoopRun:
                     self.replay.suspended = _merged([called.parked for called in waiting if called.parked])
                     self._raise_into(waiting, self.replay.suspended)
         finally:
-            replay.defer_markers(False)
+            replay.markers.deferred = False
             self._close()
 
     # Rounds.

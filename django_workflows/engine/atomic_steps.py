@@ -41,8 +41,8 @@ from typing import Any, NoReturn
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_workflows import clock
-from django_workflows.control_flow import StoreError
+from django_workflows.shared import clock
+from django_workflows.foundations.control_flow import StoreError
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.leases import keeper

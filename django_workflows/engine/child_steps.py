@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django_workflows import clock, deadlines
-from django_workflows.conf import workflow_settings
-from django_workflows.control_flow import Suspend
-from django_workflows.definition import StepContext, registry
-from django_workflows.error_journal import rebuild_error
+from django_workflows.shared import clock, deadlines
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.foundations.control_flow import Suspend
+from django_workflows.shared.definition import StepContext, registry
+from django_workflows.shared.error_journal import rebuild_error
 from django_workflows.errors import (
     InvalidInstanceId,
     InvalidStepInput,
@@ -41,11 +41,11 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.models import Instance, InstanceStatus, ParentEndPolicy, StepKind
-from django_workflows.options import WorkflowOptions, place
-from django_workflows.serialization import NotJournalable, dump, revive
+from django_workflows.shared.options import WorkflowOptions, place
+from django_workflows.shared.serialization import NotJournalable, dump, revive
 from django_workflows.engine.step_host import StepHost
 from django_workflows.store import children as store
-from django_workflows.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
+from django_workflows.foundations.validation import MAX_INSTANCE_ID, is_workflow_name, validate_instance_id
 from django_workflows.engine.waits import WaitRow, WaitSteps, finished
 
 # How long a parent waits for its child's end: the longest wait there is.

@@ -24,12 +24,12 @@ from typing import Any, cast
 
 from django.db import connections
 
-from django_workflows.control_flow import Suspend
-from django_workflows.error_journal import USER_FAILURES
+from django_workflows.foundations.control_flow import Suspend
+from django_workflows.shared.error_journal import USER_FAILURES
 from django_workflows.errors import InvalidStepInput
 from django_workflows.engine.do_steps import DoSteps
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
-from django_workflows.validation import validate_step_name
+from django_workflows.foundations.validation import validate_step_name
 
 
 def parse_calls(calls: Any) -> list[tuple[str, Any, dict[str, Any] | None]]:

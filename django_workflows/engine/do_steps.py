@@ -21,19 +21,19 @@ from typing import Any
 
 from django.db import connections
 
-from django_workflows import clock, large_values, telemetry
-from django_workflows.declared_types import DeclaredTypeMismatch, convert
+from django_workflows.shared import clock, large_values, telemetry
+from django_workflows.shared.declared_types import DeclaredTypeMismatch, convert
 
 from django_workflows.engine import atomic_steps, result_types, rollbacks
-from django_workflows.conf import workflow_settings
-from django_workflows.control_flow import AttemptTimedOut, Suspend
-from django_workflows.error_journal import USER_FAILURES, describe_error, rebuild_error
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.foundations.control_flow import AttemptTimedOut, Suspend
+from django_workflows.shared.error_journal import USER_FAILURES, describe_error, rebuild_error
 from django_workflows.errors import InvalidStepInput, NonRetryableError, StepResultError, StepTimeoutError
 from django_workflows.engine.journal_cursor import JournalCursor
 from django_workflows.models import InstanceStatus, StepKind, StepStatus
 from django_workflows.engine.policy import StepPolicy, build_policy, default_policy
-from django_workflows.serialization import NotJournalable, encode
-from django_workflows.engine.stored_values import read_back
+from django_workflows.shared.serialization import NotJournalable, encode
+from django_workflows.engine.read_back import read_back
 from django_workflows.engine.step_functions import wants_context
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store.journal import Entry, encoded
@@ -78,7 +78,7 @@ class DoSteps:
 
     def do(self, name: str, fn: Callable[..., Any], config: dict[str, Any] | None) -> object:
         answered, outcome = self.begin_do(name, fn, config)
-        return outcome if answered else self.run_do(outcome)
+        return outcome if answered else self.run_do(outcome, later=True)
 
     def begin_do(self, name: str, fn: Any, config: dict[str, Any] | None,
                  key: str | None = None) -> tuple[bool, Any]:
@@ -134,7 +134,10 @@ class DoSteps:
         writer = host.writer
         lease = writer.lease
         timeout = pending.policy.timeout.total_seconds()
-        running = None if lease is None else lease.body_started(connections[writer.alias], timeout)
+        # ``journal`` is the replay thread's own connection, passed by the callers that run the body in
+        # that thread; a body run elsewhere (step.all) is noted with that thread's connection.
+        running = None if lease is None else lease.body_started(
+            journal if journal is not None else connections[writer.alias], timeout)
         try:
             if span is None:
                 returned = call_with_timeout(functools.partial(meter.run, body), timeout, journal, callers)
@@ -164,9 +167,11 @@ class DoSteps:
         return Attempt(started, clock.now(), text, value, failure, meter.cpu, meter.wall, meter.thread,
                        None if span is None else (span, time.time_ns()))
 
-    def run_do(self, pending: PendingDo, first: Attempt | None = None) -> object:
+    def run_do(self, pending: PendingDo, first: Attempt | None = None, later: bool = False) -> object:
         """Run the pending step's attempts and journal them; ``first`` is an attempt already run (by
-        ``step.all``), journaled as this replay's first."""
+        ``step.all``), journaled as this replay's first. ``later``: a success journaled in a row of its
+        own is written with the replay's next write (``JournalWriter.insert_later``): a sync run() that
+        returns after it commits it with its end."""
         host, writer = self.host, self.host.writer
         name, key, entry, policy = pending.name, pending.key, pending.entry, pending.policy
         attempts = list(entry.attempts) if entry is not None else []
@@ -204,9 +209,16 @@ class DoSteps:
             attempt = outcome.journaled(number)
             if failure is None:
                 attempts.append(attempt)
-                if status is None:
-                    status = self.journal_success(pending, attempts, outcome)
-                host.report.step_succeeded(key, name, StepKind.DO, number, value, policy.sensitive == "output")
+                succeeded = functools.partial(host.report.step_succeeded, key, name, StepKind.DO, number, value,
+                                              policy.sensitive == "output")
+                if status is None and later and entry is None:
+                    # The instance's status (a pause asked meanwhile) is read by that next write.
+                    self._journal_later(pending, attempts, outcome, succeeded)
+                    status = InstanceStatus.RUNNING
+                else:
+                    if status is None:
+                        status = self.journal_success(pending, attempts, outcome)
+                    succeeded()
                 if pending.undo is not None:
                     self.undos.remember(name, key, pending.undo, pending.undo_config, value, policy, number)
                 host.after_write(status, key)
@@ -257,6 +269,15 @@ class DoSteps:
                 error=None, wake_at=None, ended_at=outcome.ended,
             )
         return status
+
+    def _journal_later(self, pending: PendingDo, attempts: list[dict[str, Any]], outcome: Attempt,
+                       succeeded: Callable[[], None]) -> None:
+        assert outcome.text is not None  # a succeeded attempt's result, encoded
+        self.host.writer.insert_later(
+            succeeded, key=pending.key, name=pending.name, kind=StepKind.DO,
+            status=StepStatus.SUCCEEDED, attempts=attempts, config=encoded(pending.policy.config_json),
+            result=encoded(outcome.text), started_at=outcome.started, ended_at=outcome.ended,
+        )
 
     def _write_attempts(self, pending: PendingDo, attempts: list[dict[str, Any]], started: Any,
                         **fields: Any) -> str:

@@ -15,7 +15,7 @@ into the instance's (``StepHost.fail``).
 
 from __future__ import annotations
 
-from django_workflows.conf import HARD_STEP_LIMIT
+from django_workflows.foundations.conf import HARD_STEP_LIMIT
 from django_workflows.errors import NonDeterminismError, StepLimitExceeded
 from django_workflows.models import MARKER_KINDS
 from django_workflows.store.journal import Entry
@@ -27,8 +27,8 @@ class JournalCursor:
     __slots__ = ("instance", "journal", "step_limit", "occurrences", "keys_taken", "steps_called",
                  "steps_taken", "examined", "_order")
 
-    def __init__(self, instance: str, journal: dict[str, Entry] | None = None, step_limit: int = HARD_STEP_LIMIT):
-        # The instance as its errors name it ("workflow/id").
+    def __init__(self, journal: dict[str, Entry] | None = None, step_limit: int = HARD_STEP_LIMIT, instance: str = ""):
+        # The instance as its errors name it ("workflow/id"), given with the journal it loads (``load``).
         self.instance = instance
         self.journal: dict[str, Entry] = {} if journal is None else journal
         self.step_limit = step_limit
@@ -44,6 +44,10 @@ class JournalCursor:
         # Each step's journal entry (or None), by key, from where run() first reached it.
         self.examined: dict[str, Entry | None] = {}
         self._order: list[str] | None = None
+
+    def load(self, journal: dict[str, Entry], instance: str) -> None:
+        """Stand at the start of ``journal``, the journal of ``instance`` ("workflow/id")."""
+        self.journal, self.instance, self._order = journal, instance, None
 
     def take_key(self, name: str) -> str:
         """The key of the next call of the step ``name``."""

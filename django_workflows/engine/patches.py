@@ -27,15 +27,13 @@ A collaborator of the replay (``step_host``); the journal's side of the rule is 
 
 from __future__ import annotations
 
-from typing import Any
 
-from django_workflows import clock
 from django_workflows.errors import InvalidStepInput, NonDeterminismError
 from django_workflows.engine.journal_cursor import JournalCursor
-from django_workflows.models import StepKind, StepStatus
+from django_workflows.engine.markers import MarkerWriter
+from django_workflows.models import StepKind
 from django_workflows.engine.step_host import StepHost
-from django_workflows.store.journal import Entry
-from django_workflows.validation import validate_step_name
+from django_workflows.foundations.validation import validate_step_name
 
 
 def marker_key(change_id: str) -> str:
@@ -45,19 +43,15 @@ def marker_key(change_id: str) -> str:
 
 
 class PatchSteps:
-    """The replay's side of ``step.patched``, given the host and the cursor (where run() stands among
-    the journal's steps)."""
+    """The replay's side of ``step.patched``, given the host, the cursor (where run() stands among the
+    journal's steps) and the replay's marker writer."""
 
-    __slots__ = ("host", "cursor", "answers", "deferred", "pending_markers")
+    __slots__ = ("host", "cursor", "markers", "answers")
 
-    def __init__(self, host: StepHost, cursor: JournalCursor):
-        self.host, self.cursor = host, cursor
-        # The answers of this replay, by change id; the markers an async run() asked for while its
-        # event loop ran, written once it is idle (async_run), when they are deferred.
+    def __init__(self, host: StepHost, cursor: JournalCursor, markers: MarkerWriter):
+        self.host, self.cursor, self.markers = host, cursor, markers
+        # The answers of this replay, by change id.
         self.answers: dict[str, bool] = {}
-        self.deferred = False
-        self.pending_markers: list[dict[str, Any]] = []
-
     def patched(self, change_id: str, deprecated: bool = False) -> bool:
         """Whether this instance takes the code guarded by ``change_id``; see the module's docstring.
         ``deprecated``: asked by ``step.deprecate_patch``, whose caller takes the new code whatever the
@@ -79,30 +73,13 @@ class PatchSteps:
             self.host.fail_fatally(exc)
         if answer is None:
             # New ground: the instance takes the new path here, from now on.
-            self.record_patch(key, change_id, self.cursor.keys_taken, deprecated)
+            self.record_patch(key, change_id, deprecated)
             answer = True
         self.answers[change_id] = answer
         return answer
 
-    def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:
+    def record_patch(self, key: str, change_id: str, deprecated: bool) -> None:
         """Journal the marker; an ``async def run`` has it written once its event loop is idle (no
         database call may run inside the loop)."""
-        marker = {"key": key, "name": change_id, "kind": StepKind.PATCH, "status": StepStatus.SUCCEEDED,
-                  "result": {"patched": True, "after_steps": position},
-                  "config": {"deprecated": True} if deprecated else None}
-        if self.deferred:
-            self.pending_markers.append(marker)
-        else:
-            self._write_marker(marker)
-
-    def write_pending_markers(self) -> None:
-        """Write the markers an async run() asked for while its event loop ran."""
-        while self.pending_markers:
-            self._write_marker(self.pending_markers.pop(0))
-
-    def _write_marker(self, marker: dict[str, Any]) -> None:
-        now = clock.now()
-        # A marker is not a step: a pause asked meanwhile is taken at the next step, not here.
-        step_id, _ = self.host.writer.insert(started_at=now, ended_at=now, **marker)
-        self.cursor.note(marker["key"], Entry(step_id, StepKind.PATCH, StepStatus.SUCCEEDED, [], marker["result"],
-                                              None, None, now))
+        self.markers.mark(key, change_id, StepKind.PATCH, {"patched": True},
+                          config={"deprecated": True} if deprecated else None)

@@ -9,8 +9,8 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any, NoReturn
 
-from django_workflows.conf import workflow_settings
-from django_workflows.durations import parse_duration
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.shared.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, WorkflowConfigError
 
 BACKOFFS = ("constant", "linear", "exponential")

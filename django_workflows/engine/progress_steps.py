@@ -24,34 +24,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_workflows import clock
-from django_workflows.engine.journal_cursor import JournalCursor
-from django_workflows.engine.step_host import StepHost
+from django_workflows.engine.markers import CountedMarkers
 from django_workflows.errors import InvalidStepInput
-from django_workflows.models import StepKind, StepStatus
-from django_workflows.serialization import NotJournalable, dump
-from django_workflows.store.journal_entries import Entry
+from django_workflows.models import StepKind
+from django_workflows.shared.serialization import NotJournalable, dump
 
 MAX_PROGRESS_SIZE = 4096
 """Bytes of JSON a progress value may take: a fraction, a count, a short message; not a result."""
 
 
-def marker_key(call: int) -> str:
-    return f"progress({call})"
+class ProgressSteps(CountedMarkers):
+    """The replay's side of ``step.progress``, given the host and the replay's marker writer."""
 
-
-class ProgressSteps:
-    """The replay's side of ``step.progress``, given the host and the cursor."""
-
-    __slots__ = ("host", "cursor", "calls", "deferred", "pending_markers")
-
-    def __init__(self, host: StepHost, cursor: JournalCursor):
-        self.host, self.cursor = host, cursor
-        self.calls = 0
-        # An async run() reports progress while its event loop runs, where no database call may run: its
-        # markers are written once the loop is idle (async_run), as step.patched's and set_tags's are.
-        self.deferred = False
-        self.pending_markers: list[dict[str, Any]] = []
+    name = "progress"
+    __slots__ = ()
 
     def progress(self, value: Any) -> None:
         try:
@@ -59,25 +45,6 @@ class ProgressSteps:
         except NotJournalable as exc:
             raise InvalidStepInput(f"step.progress(): the value {exc}; report a small JSON value, such as "
                                    "0.4 or {'done': 4, 'total': 10}") from None
-        self.host.check_step_call("progress")
-        self.calls += 1
-        key = marker_key(self.calls)
-        if key in self.cursor.journal:
-            return
-        marker = {"key": key, "name": "progress", "kind": StepKind.PROGRESS, "status": StepStatus.SUCCEEDED,
-                  "result": {"value": stored, "after_steps": self.cursor.keys_taken}}
-        if self.deferred:
-            self.pending_markers.append(marker)
-        else:
-            self.write(marker)
-
-    def write_pending_markers(self) -> None:
-        while self.pending_markers:
-            self.write(self.pending_markers.pop(0))
-
-    def write(self, marker: dict[str, Any]) -> None:
-        now = clock.now()
-        # A marker is not a step: a pause asked meanwhile is taken at the next step, not here.
-        step_id, _ = self.host.writer.insert(started_at=now, ended_at=now, **marker)
-        self.cursor.note(marker["key"], Entry(step_id, StepKind.PROGRESS, StepStatus.SUCCEEDED, [],
-                                              marker["result"], None, None, now))
+        key = self.next_key()
+        if key is not None:
+            self.markers.mark(key, "progress", StepKind.PROGRESS, {"value": stored})

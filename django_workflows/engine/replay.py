@@ -3,9 +3,8 @@
 One replay holds the instance's lease, loads the journal in one query, and
 calls ``run(event, step)``. A step found in the journal returns its journaled
 result (or raises its journaled error) without running again; a step not
-found runs, is journaled, and the replay goes on. A step that must wait (a
-sleep, a retry delay, an event not yet here) raises ``Suspend``; the engine
-records why and until when, releases the lease, and the worker is free.
+found runs, is journaled, and the replay goes on. A step that must wait raises
+``Suspend``; the engine records why and until when, and releases the lease.
 """
 
 from __future__ import annotations
@@ -19,16 +18,15 @@ from typing import Any, NoReturn, TypeVar
 
 from django.db import DatabaseError
 
-from django_workflows import clock, deadlines, lifecycle, telemetry
-
+from django_workflows.shared import clock, deadlines, lifecycle, telemetry
 from django_workflows.engine import async_run
 from django_workflows.engine.child_steps import ChildSteps
 from django_workflows.engine.concurrent_steps import ConcurrentSteps
-from django_workflows.conf import workflow_settings
-from django_workflows.control_flow import ContinueAsNew, Fenced, StoreError, Suspend, Terminating
-from django_workflows.definition import WorkflowEvent, registry
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.foundations.control_flow import ContinueAsNew, Fenced, StoreError, Suspend, Terminating
+from django_workflows.shared.definition import WorkflowEvent, registry
 from django_workflows.engine.do_steps import DoSteps
-from django_workflows.error_journal import USER_FAILURES
+from django_workflows.shared.error_journal import USER_FAILURES
 from django_workflows.errors import (
     CpuTimeLimitExceeded,
     InstanceTerminated,
@@ -43,8 +41,9 @@ from django_workflows.errors import (
 )
 from django_workflows.executors import enqueue
 from django_workflows.engine.journal_cursor import JournalCursor
+from django_workflows.engine.markers import MarkerWriter
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.options import WorkflowOptions, limited
+from django_workflows.shared.options import WorkflowOptions, limited
 from django_workflows.engine.patches import PatchSteps
 from django_workflows.engine.progress_steps import ProgressSteps
 from django_workflows.engine.replay_costs import ReplayCosts
@@ -52,13 +51,14 @@ from django_workflows.engine.replay_endings import Endings
 from django_workflows.engine.replay_outcome import Ending, Outcome, decide
 from django_workflows.engine.rollbacks import UndoSteps
 from django_workflows.engine.tag_steps import TagSteps
-from django_workflows.serialization import NotJournalable, dump, revive
+from django_workflows.shared.serialization import NotJournalable, dump, revive
 from django_workflows.signals import replay_finished, replay_started
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.engine.step_host import Attempt
-from django_workflows.store import leases
-from django_workflows.store.journal import Entry, JournalWriter, load
-from django_workflows.validation import validate_step_name
+from django_workflows.engine.step_rows import StepRows
+from django_workflows.store import instance_rows, leases
+from django_workflows.store.journal import Entry, JournalWriter, wake_sleeps_and_load
+from django_workflows.foundations.validation import validate_step_name
 from django_workflows.engine.waits import WaitSteps
 
 logger = logging.getLogger("django_workflows.replay")  # its name in LOGGING settings since 0.1
@@ -68,14 +68,17 @@ T = TypeVar("T")
 def replay(instance_pk: int) -> bool:
     """Run one replay of the instance if it is runnable; return whether one ran.
 
-    Any number of deliveries of the same replay may arrive, from any number of
-    workers: the conditional UPDATE that takes the lease lets one through, and
-    the others return at once.
+    Any number of deliveries of the same replay may arrive, from any number of workers: the conditional
+    UPDATE that takes the lease lets one through, and the others return at once. An instance this thread
+    created holding the lease (an inline create(), ``instance_rows``) has it taken already.
     """
-    taken = time.monotonic()
-    now = clock.now()
-    instance = leases.take(instance_pk, str(leases.holder()), now, workflow_settings.LEASE_SECONDS)
-    if instance is None:
+    if (held := instance_rows.take_held(instance_pk)) is not None:
+        claim: leases.Claim | None = held.claim
+        taken, now = held.taken, held.now
+    else:
+        taken, now = time.monotonic(), clock.now()
+        claim = leases.take(instance_pk, str(leases.holder()), now, workflow_settings.LEASE_SECONDS)
+    if (instance := claim) is None:
         return False
     if instance.pk != instance_pk:
         # It gave way to an instance of higher priority (leases.take): its own replay comes later.
@@ -96,6 +99,7 @@ def replay(instance_pk: int) -> bool:
     except StoreError as exc:
         outcome = endings.abandon(exc)
     finally:
+        current.rows.disarm()
         current.writer.close()
         if replay_finished.receivers:
             replay_finished.send_robust(sender=Instance, outcome=outcome, started=started,
@@ -107,10 +111,9 @@ def replay(instance_pk: int) -> bool:
 
 
 def _hand_on(workflow_name: str, limit_key: str) -> None:
-    """A replay of a workflow with a concurrency limit gave its slot back (ended, suspended, paused,
-    abandoned, or was fenced): queue the oldest instances waiting for a slot, one per free slot. No timer
-    and no polling: this is how a queued instance refused by the limit gets its next replay. Nothing for
-    a workflow without one."""
+    """A replay of a workflow with a concurrency limit gave its slot back (however it ended): queue the
+    oldest instances waiting for a slot, one per free slot; how a queued instance refused by it gets its
+    next replay, with no timer and no polling."""
     own = limited().get(workflow_name)
     if own is None or own.concurrency is None:
         return
@@ -135,12 +138,11 @@ class Replay:
         # When the lease was taken (the database's clock): how late a timer fired is measured from it.
         self.started_at = started_at
         self.writer = JournalWriter(instance.pk, instance.epoch)
-        # Signals and log records of the instance's life; run inside a transaction (a test's, an inline
-        # replay in an atomic request), the signals wait for its commit.
+        self.rows = StepRows(self.writer)
+        # Signals and log records of the instance's life; run inside a transaction, they wait for its commit.
         self.report = lifecycle.Reporter(instance.pk, instance.instance_id, instance.workflow_name)
-        if self.writer.connection.in_atomic_block:
-            self.report.alias = self.writer.alias
-        self.cursor = JournalCursor(str(instance), step_limit=workflow_settings.STEP_LIMIT)
+        self.report.alias = self.writer.alias if self.writer.in_caller_transaction else None
+        self.cursor = JournalCursor(step_limit=workflow_settings.STEP_LIMIT)
         self.costs = ReplayCosts()
         self.endings = Endings(instance, self.writer, self.report, self.costs)
         # Remembered, so the instance is errored even if run() catches it.
@@ -150,10 +152,10 @@ class Replay:
         self.suspended: Suspend | None = None
         # step.continue_as_new's continuation, raised again by every later step call as a suspension is.
         self.continued: ContinueAsNew | None = None
-        # Past the instance's deadline: run() is stopped at the first step the journal has not finished
-        # (as by terminate(rollback=True)), and the instance errors once the undos of what ran have run.
-        # The key of the step it was stopped at, for the error's message.
-        self.past_deadline = False
+        # Being stopped, terminated with rollback or past the deadline: run() stops at the first step the
+        # journal has not finished (UndoSteps.stops_at), and the undos of what ran run instead; past the
+        # deadline, the instance then errors. The key of the step it was stopped at, for the error's message.
+        self.terminating, self.past_deadline = bool(instance.terminating), False
         self.stopped_at = ""
         # How deep in atomic blocks the journal's connection was when run() began: a step called
         # deeper sits in a transaction run() opened, which a suspension would roll back.
@@ -162,23 +164,16 @@ class Replay:
         # The collaborators, one per kind of step. The replay's OpenTelemetry span, if it records (None
         # with telemetry off, with no SDK configured, or when the sampler dropped it), is each step
         # attempt's parent.
-        self.undos = UndoSteps(self, terminating=bool(instance.terminating))
+        self.undos = UndoSteps(self)
         self.steps = DoSteps(self, self.cursor, self.undos, span if span is not None and span.is_recording() else None,
                              workflow_settings.MAX_STEP_RESULT_SIZE)
         self.waits = WaitSteps(self)
         self.children = ChildSteps(self, self.waits)
-        self.patches = PatchSteps(self, self.cursor)
-        self.tags = TagSteps(self, self.cursor)
-        self.progress = ProgressSteps(self, self.cursor)
+        self.markers = MarkerWriter(self, self.cursor)
+        self.patches = PatchSteps(self, self.cursor, self.markers)
+        self.tags = TagSteps(self, self.markers)
+        self.progress = ProgressSteps(self, self.markers)
         self.concurrent = ConcurrentSteps(self, self.steps)
-
-    def defer_markers(self, deferred: bool) -> None:
-        for markers in (self.patches, self.tags, self.progress):
-            markers.deferred = deferred
-
-    def write_pending_markers(self) -> None:
-        for markers in (self.patches, self.tags, self.progress):
-            markers.write_pending_markers()
 
     # The outcome of the whole replay.
 
@@ -186,14 +181,13 @@ class Replay:
         """Run the replay; return its outcome (the status it left, or "fenced")."""
         try:
             return self._run()
-        except Fenced:
-            # Terminated, restarted or taken over while this replay ran: its work is not ours to record.
+        except Fenced:  # terminated, restarted or taken over meanwhile: its work is not ours to record
             self.report.fenced()
             return "fenced"
 
     def load_journal(self, journal: dict[str, Entry]) -> None:
         """Start from ``journal`` (the instance's rows by step key), with run() about to be called."""
-        self.cursor.journal = journal
+        self.cursor.load(journal, str(self.instance))
         self.atomic_depth = len(self.writer.connection.atomic_blocks)
 
     def _run(self) -> str:
@@ -220,9 +214,10 @@ class Replay:
             return self.endings.errored(exc, "")
         if instance.status == InstanceStatus.WAITING_FOR_PAUSE:
             return self.endings.suspend(Suspend(pause=True))
-        # Epoch 1 is the first lease ever taken on the instance (terminate and restart bump it
-        # too), and journal rows are only written under a lease: there is nothing to load.
-        self.load_journal(load(instance.pk) if instance.epoch > 1 else {})
+        # Read with the lease on PostgreSQL (leases.take); elsewhere now, its due sleeps woken first.
+        journal = instance.journal
+        self.load_journal(journal if journal is not None else wake_sleeps_and_load(
+            instance.pk, instance.epoch, self.started_at or clock.now(), not inspect.iscoroutinefunction(workflow_class.run)))
         self.check_deadline()
         self.report.started(instance.epoch, bool(self.cursor.journal))
         raised: BaseException | None = None
@@ -239,11 +234,12 @@ class Replay:
             if inspect.iscoroutinefunction(workflow.run):
                 output = async_run.drive(self, workflow.run, event)
             else:
+                self.rows.run_code = getattr(getattr(workflow.run, "__func__", None), "__code__", None)
                 output = workflow.run(event, WorkflowStep(self))
         except (Terminating, Suspend, ContinueAsNew, *USER_FAILURES) as exc:
             raised = exc
         return self.end(decide(raised, output, fatal=self.fatal, suspended=self.suspended,
-                               terminating=self.undos.terminating, undos_remembered=bool(self.undos.pending),
+                               terminating=self.terminating, undos_remembered=bool(self.undos.pending),
                                continued=self.continued))
 
     def end(self, outcome: Outcome) -> str:
@@ -285,9 +281,9 @@ class Replay:
         """Stop run() at its next unfinished step if the instance's deadline has passed: at the start of
         the replay, and at every step call, so a replay running when it passes stops too. Not while it is
         being stopped already (terminated with rollback, or its undos running)."""
-        if (self.instance.deadline is not None and not self.undos.terminating
+        if (self.instance.deadline is not None and not self.terminating
                 and deadlines.passed(self.instance.deadline, clock.now())):
-            self.past_deadline = self.undos.terminating = True
+            self.past_deadline = self.terminating = True
 
     def continue_as_new(self, params: Any) -> NoReturn:
         """``step.continue_as_new(params)``: unwind run(); the replay ends the instance and starts its
@@ -301,8 +297,7 @@ class Replay:
         try:
             _, stored = dump(params, workflow_settings.MAX_PARAMS_SIZE)
         except NotJournalable as exc:
-            raise InvalidParams(f"step.continue_as_new(): the params {exc}",
-                                too_large=exc.too_large) from None
+            raise InvalidParams(f"step.continue_as_new(): the params {exc}", too_large=exc.too_large) from None
         self.continued = ContinueAsNew(stored)
         raise self.continued
 
@@ -318,24 +313,27 @@ class Replay:
             return self.endings.errored(fatal, "")
         return then(outcome)
 
-    # The StepHost: what every step call goes through.
-
     def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call a step (``do``, ``sleep``, ``wait_for_event``...), remembering a suspension it asks for."""
-        if self.writer.fenced:
-            # The lease was lost and run() swallowed the Fenced: it stops here, as at a suspension.
+        if self.writer.fenced:  # the lease was lost and run() swallowed the Fenced: it stops here
             raise self.writer.fence()
         if self.suspended is not None:
             raise self.suspended
         if self.continued is not None:
             raise self.continued
         try:
-            return method(*args, **kwargs)
+            value = method(*args, **kwargs)
         except Suspend as suspension:
             self.suspended = suspension
             raise
+        self.rows.arm()
+        return value
 
     def next_key(self, name: str) -> str:
+        # A step's row kept for the next write is written before this step goes on (step_rows), and a
+        # pause asked meanwhile is taken here, as that step's own write would have taken it.
+        if (written := self.rows.settle()) is not None:
+            self.after_write(written[1], written[0])
         validate_step_name(name)
         self.check_step_call(name)
         key = self.cursor.take_key(name)
@@ -376,7 +374,7 @@ class Replay:
             entry = self.cursor.examine(key, kind)
         except NonDeterminismError as exc:
             self.fail_fatally(exc)
-        if self.undos.stops_at(entry):
+        if self.terminating and self.undos.stops_at(entry):
             # Stopped before anything new runs, sleeps or waits: the undos of what ran come next.
             self.stopped_at = key
             raise Terminating()

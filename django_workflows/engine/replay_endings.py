@@ -16,16 +16,17 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_workflows import clock, deadlines, families, large_values, lifecycle, routing, signals
-from django_workflows.control_flow import ContinueAsNew, Fenced, StoreError, Suspend
-from django_workflows.definition import registry
-from django_workflows.error_journal import describe_error, instance_error
+from django_workflows import signals
+from django_workflows.shared import clock, deadlines, families, large_values, lifecycle, routing
+from django_workflows.foundations.control_flow import ContinueAsNew, Fenced, StoreError, Suspend
+from django_workflows.shared.definition import registry
+from django_workflows.shared.error_journal import describe_error, instance_error
 from django_workflows.errors import InstanceAlreadyExists, StepResultError
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.engine.replay_costs import ReplayCosts
-from django_workflows.options import WorkflowOptions
-from django_workflows.serialization import NotJournalable, encode, storable_text
+from django_workflows.shared.options import WorkflowOptions
+from django_workflows.shared.serialization import NotJournalable, encode, storable_text
 from django_workflows.store import children, leases, retention, successors
 from django_workflows.store.journal import WAITING_UNLESS_PAUSE_ASKED, JournalWriter, encoded
 

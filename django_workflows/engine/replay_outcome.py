@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from django_workflows.control_flow import ContinueAsNew, Suspend, Terminating
+from django_workflows.foundations.control_flow import ContinueAsNew, Suspend, Terminating
 
 
 class Ending(enum.Enum):

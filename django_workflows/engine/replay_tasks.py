@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import close_old_connections, connections, router
 
-from django_workflows import clock
-from django_workflows.conf import workflow_settings
-from django_workflows.executors import enqueue_many
+from django_workflows.shared import clock
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.executors import enqueue_many, get_executor
 from django_workflows.models import Instance, WorkerHeartbeat
 from django_workflows.engine.replay import replay
 
@@ -36,7 +36,7 @@ def run_replays(instance_pks: list[int]) -> None:
     its lease and the sweeper).
 
     A replay spends most of its time waiting for its commits, so on a database that takes concurrent
-    writers the replays are spread over ``REPLAY_THREADS`` lanes: this thread and threads of a pool kept
+    writers the replays are spread over ``lane_count()`` lanes: this thread and threads of a pool kept
     by the process, each with its own connection, which ``CONN_MAX_AGE`` keeps open between tasks or not,
     as django-q2 does for its own. Each replay still takes its own lease, fenced by its epoch. SQLite has
     one writer at a time, and a caller's transaction (a test's) is seen by its own connection only: the
@@ -49,16 +49,29 @@ def run_replays(instance_pks: list[int]) -> None:
         helper.result()
 
 
+def lane_count() -> int:
+    """How many lanes a task of several replays runs on: ``REPLAY_THREADS``, or, when it is None, sized to
+    the cores. A replay's CPU (the worker's and the database's) is under half its time, the rest waiting
+    for commits, so two replays in flight per core keep the cores busy; more only share them, each lane
+    a thread under the process's one interpreter lock and a database connection. The machine's cores
+    are shared among the executor's processes on it (a django-q2 cluster's workers): two workers on two
+    cores run two lanes each."""
+    threads = workflow_settings.REPLAY_THREADS
+    if threads is None:
+        threads = -(-2 * (os.cpu_count() or 1) // max(get_executor().replay_processes(), 1))
+    return int(threads)
+
+
 def _lanes(instance_pks: list[int]) -> list[list[int]]:
     connection = connections[router.db_for_write(Instance)]
-    threads = workflow_settings.REPLAY_THREADS
+    threads = lane_count()
     if connection.vendor == "sqlite" or connection.in_atomic_block or threads <= 1 or len(instance_pks) <= 1:
         return [list(instance_pks)]
     count = min(threads, len(instance_pks))
     return [list(instance_pks[n::count]) for n in range(count)]
 
 
-# The process's pool of lane threads (REPLAY_THREADS - 1 of them, started as lanes need them), made on first
+# The process's pool of lane threads (lane_count() - 1 of them, started as lanes need them), made on first
 # use in the process that uses it (django-q2 forks its workers: a pool inherited through a fork has no
 # threads), and made again if the setting changes.
 _lane_pool: tuple[tuple[int, int], ThreadPoolExecutor] | None = None
@@ -67,7 +80,7 @@ _lane_pool_lock = threading.Lock()
 
 def _pool() -> ThreadPoolExecutor:
     global _lane_pool
-    owner = (os.getpid(), workflow_settings.REPLAY_THREADS)
+    owner = (os.getpid(), lane_count())
     with _lane_pool_lock:
         if _lane_pool is None or _lane_pool[0] != owner:
             if _lane_pool is not None and _lane_pool[0][0] == owner[0]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_workflows.declared_types import (
+from django_workflows.shared.declared_types import (
     DeclaredTypeMismatch,
     convert,
     is_declarable,

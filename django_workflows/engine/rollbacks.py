@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django_workflows.definition import StepContext, StepIdentity, parameters
-from django_workflows.error_journal import USER_FAILURES, describe_error, instance_error
+from django_workflows.shared.definition import StepContext, StepIdentity, parameters
+from django_workflows.shared.error_journal import USER_FAILURES, describe_error, instance_error
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import StepStatus
 from django_workflows.engine.policy import StepPolicy
@@ -121,28 +121,24 @@ def step_context(name: str, key: str, attempt: int, policy: StepPolicy) -> StepC
 
 class UndoSteps:
     """The replay's side of undos: remembering each step that succeeded with one, and running them,
-    each as a step (the ``run_step`` it is given).
+    each as a step (the ``run_step`` it is given)."""
 
-    It also keeps whether the instance is being terminated with rollback (``terminate(rollback=True)``):
-    then run() stops at the first unfinished step (``stops_at``), and the undos run instead."""
+    __slots__ = ("host", "pending", "undoing", "rolling_back", "running")
 
-    __slots__ = ("host", "pending", "undoing", "terminating", "rolling_back", "running")
-
-    def __init__(self, host: StepHost, terminating: bool):
+    def __init__(self, host: StepHost):
         self.host = host
         # Steps that succeeded with an undo, in the order they succeeded; the undo step running.
         self.pending: list[PendingUndo] = []
         self.undoing: str | None = None
-        self.terminating = terminating
         # The undos of a failed or terminated run() are running (the replay's own rollback), or an
         # undo is (any rollback): see undos_running.
         self.rolling_back = False
         self.running = False
 
     def stops_at(self, entry: Entry | None) -> bool:
-        """Whether run() stops at a step so journaled: terminated with rollback, before anything new
-        runs, sleeps or waits, the undos of what ran come next."""
-        return self.terminating and not self.rolling_back and (
+        """Whether run(), being stopped (terminated with rollback, or past its deadline), stops at a step so
+        journaled: before anything new runs, sleeps or waits, the undos of what ran come next."""
+        return not self.rolling_back and (
             entry is None or entry.status not in (StepStatus.SUCCEEDED, StepStatus.FAILED))
 
     def remember(self, name: str, key: str, handler: Callable[..., Any], undo_config: dict[str, Any] | None,

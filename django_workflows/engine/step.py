@@ -15,15 +15,16 @@ from typing import Any, NoReturn, Protocol, TypeVar, cast
 from django_workflows.engine import child_steps, result_types
 from django_workflows.engine.child_steps import ChildSteps
 from django_workflows.engine.concurrent_steps import ConcurrentSteps
-from django_workflows.definition import WorkflowStepEvent
+from django_workflows.shared.definition import WorkflowStepEvent
 from django_workflows.engine.do_steps import DoSteps
 from django_workflows.errors import InvalidStepInput, WorkflowError
+from django_workflows.engine.markers import MarkerWriter
 from django_workflows.engine.patches import PatchSteps
 from django_workflows.engine.progress_steps import ProgressSteps
 from django_workflows.engine.rollbacks import UndoSteps
 from django_workflows.engine.step_functions import StepFunction
 from django_workflows.engine.tag_steps import TagSteps
-from django_workflows.validation import validate_step_name
+from django_workflows.foundations.validation import validate_step_name
 from django_workflows.engine.waits import WaitSteps
 
 T = TypeVar("T")
@@ -41,6 +42,8 @@ class ReplaySteps(Protocol):
     progress: ProgressSteps
     undos: UndoSteps
     concurrent: ConcurrentSteps
+    # The writer of step.patched's, set_tags's and progress's markers, which an async run() defers.
+    markers: MarkerWriter
 
     @property
     def fatal(self) -> WorkflowError | None:
@@ -50,12 +53,6 @@ class ReplaySteps(Protocol):
 
     def continue_as_new(self, params: Any) -> NoReturn: ...
 
-    def defer_markers(self, deferred: bool) -> None:
-        """Have ``step.patched``, ``set_tags`` and ``progress`` keep the markers they write (an async run()'s
-        event loop runs, where no database call may), or write them at once again."""
-
-    def write_pending_markers(self) -> None:
-        """Write the markers kept while deferred, in the order asked."""
 
 
 class WorkflowStep:

@@ -27,8 +27,8 @@ import inspect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
-from django_workflows.declared_types import return_annotation
-from django_workflows.definition import StepContext, parameters
+from django_workflows.shared.declared_types import return_annotation
+from django_workflows.shared.definition import StepContext, parameters
 from django_workflows.engine import result_types
 from django_workflows.errors import InvalidStepInput
 

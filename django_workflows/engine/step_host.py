@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 from django_workflows.errors import CpuTimeLimitExceeded, WorkflowError
-from django_workflows.lifecycle import Reporter
+from django_workflows.shared.lifecycle import Reporter
 from django_workflows.engine.policy import StepPolicy
 from django_workflows.store.journal import Entry, JournalWriter
 from django_workflows.store.leases import Claim

@@ -73,7 +73,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 if TYPE_CHECKING:
     from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
 
-from django_workflows.control_flow import AttemptTimedOut
+from django_workflows.foundations.control_flow import AttemptTimedOut
 
 T = TypeVar("T")
 # sys.unraisablehook's type: what Python calls with an exception it cannot raise (one in a finalizer).

@@ -14,16 +14,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django_workflows.engine.async_run import drive
-from django_workflows.control_flow import EndOfJournal
-from django_workflows.definition import WorkflowEvent, registry
+from django_workflows.foundations.control_flow import EndOfJournal
+from django_workflows.shared.definition import WorkflowEvent, registry
 from django_workflows.errors import WorkflowNotFound
 from django_workflows.models import FINISHED_STATUSES, Instance, StepStatus
-from django_workflows.engine.patches import PatchSteps
+from django_workflows.engine.markers import AlsoWrite, MarkerWriter
 from django_workflows.engine.replay import Replay
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.store.journal_entries import Entry, load
-from django_workflows.engine.tag_steps import TagSteps
-from django_workflows.serialization import revive
+from django_workflows.shared.serialization import revive
 from django_workflows.store.leases import Claim
 
 _FINISHED_STEP = (StepStatus.SUCCEEDED, StepStatus.FAILED)
@@ -60,20 +59,15 @@ class _Verification(Replay):
 
     def __init__(self, claim: Claim):
         super().__init__(claim)
-        self.patches = _UnwrittenPatches(self, self.cursor)
-        self.tags = _UnwrittenTags(self, self.cursor)
+        self.markers = _UnwrittenMarkers(self, self.cursor)
+        self.patches.markers = self.tags.markers = self.progress.markers = self.markers
 
 
-class _UnwrittenPatches(PatchSteps):
-    def record_patch(self, key: str, change_id: str, position: int, deprecated: bool) -> None:
-        # A real replay would journal the marker and take the new path, as this one does: nothing is
-        # written, and the next step the journal has not finished stops it.
-        pass
-
-
-class _UnwrittenTags(TagSteps):
-    def write(self, marker: dict[str, Any]) -> None:
-        # Verifying reads the journal and changes nothing, tags included.
+class _UnwrittenMarkers(MarkerWriter):
+    def write(self, marker: dict[str, Any], also: AlsoWrite | None) -> None:
+        # Verifying reads the journal and changes nothing: a real replay would journal the marker (a patch's
+        # answer is the new path, as here), its tags and its progress; nothing is written, and the next step
+        # the journal has not finished stops it.
         pass
 
 

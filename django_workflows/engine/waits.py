@@ -9,11 +9,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_workflows import clock, large_values
-from django_workflows.control_flow import Suspend
-from django_workflows.definition import WorkflowStepEvent
-from django_workflows.durations import parse_duration
-from django_workflows.error_journal import describe_error, rebuild_error
+from django_workflows.shared import clock, large_values
+from django_workflows.foundations.control_flow import Suspend
+from django_workflows.shared.definition import WorkflowStepEvent
+from django_workflows.shared.durations import parse_duration
+from django_workflows.shared.error_journal import describe_error, rebuild_error
 from django_workflows.errors import (
     InvalidEvent,
     InvalidStepInput,
@@ -22,10 +22,10 @@ from django_workflows.errors import (
     WorkflowTimeoutError,
 )
 from django_workflows.models import StepKind, StepStatus
-from django_workflows.engine.stored_values import read_back
+from django_workflows.engine.read_back import read_back
 from django_workflows.engine.step_host import StepHost
 from django_workflows.store.journal import Entry, JournalWriter
-from django_workflows.validation import validate_event_type
+from django_workflows.foundations.validation import validate_event_type
 
 MAX_WAIT = timedelta(days=365)
 
@@ -103,6 +103,10 @@ class WaitSteps:
         entry = host.lookup(key, StepKind.SLEEP)
         if entry is not None:
             if entry.status == StepStatus.SUCCEEDED:
+                if entry.woke and entry.wake_at is not None:
+                    # Journaled over by the statement that took the lease: its timer fired for this replay.
+                    host.report.timer_fired(key, name, "sleep", entry.wake_at, host.started_at)
+                    host.report.step_succeeded(key, name, StepKind.SLEEP)
                 return
             assert entry.wake_at is not None  # a sleep journaled as waiting has its wake time
             if entry.wake_at <= now:

@@ -28,7 +28,7 @@ def get_executor() -> BaseExecutor:
     if _executor is None:
         with _lock:
             if _executor is None:
-                from django_workflows.conf import workflow_settings
+                from django_workflows.foundations.conf import workflow_settings
 
                 cls = workflow_settings.import_string("EXECUTOR")
                 _executor = cls(**workflow_settings.EXECUTOR_OPTIONS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from django.core.checks import CheckMessage
 from django.utils.module_loading import import_string
 
-from django_workflows import routing
+from django_workflows.shared import routing
 
 # The tasks, by name: an executor runs them without importing the engine, which imports the store,
 # which calls the executor to enqueue.
@@ -30,7 +31,7 @@ def by_queue(instance_pks: list[int]) -> dict[str, list[int]]:
     no statement, while the project has no other (``options.queues_in_use``); else as their rows say,
     read in one statement."""
     from django_workflows.models import Instance
-    from django_workflows.options import queues_in_use
+    from django_workflows.shared.options import queues_in_use
 
     if queues_in_use() == {routing.DEFAULT_QUEUE}:
         return {routing.DEFAULT_QUEUE: list(instance_pks)}
@@ -76,11 +77,23 @@ class BaseExecutor(ABC):
         for pk in instance_pks:
             self.enqueue_replay(pk)
 
+    def replays_at_once(self) -> bool:
+        """Whether a replay enqueued now, outside a transaction, runs at once in this thread: the instance
+        may then be created already holding that replay's lease (``store.instance_rows``). False for an
+        executor that runs its replays elsewhere or later."""
+        return False
+
     @classmethod
     def install(cls) -> None:
         """Prepare this process for the executor, once Django's apps are ready and before anything is
         enqueued or run (``AppConfig.ready()`` calls it on the configured executor's class). Most need
         nothing; one whose worker must know its tasks by the time it takes one declares them here."""
+
+    def replay_processes(self) -> int:
+        """How many processes of a machine run this executor's replays side by side: a task of several
+        replays sizes its lanes by the cores each has (``REPLAY_THREADS`` None). One per core, as a
+        django-q2 cluster and a Celery worker start by default, unless the executor knows better."""
+        return os.cpu_count() or 1
 
     def check(self) -> Iterable[CheckMessage]:
         """System-check messages about this executor's configuration."""

@@ -22,7 +22,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Warning
 from django.utils.module_loading import import_string
 
-from django_workflows import routing
+from django_workflows.shared import routing
 from django_workflows.errors import WorkflowConfigError, require_extra
 from django_workflows.executors.base import CELERY_REPLAY_TASK, BaseExecutor, by_queue
 

@@ -45,6 +45,11 @@ class InlineExecutor(BaseExecutor):
         finally:
             self._local.draining = False
 
+    def replays_at_once(self) -> bool:
+        # Within a replay of this thread, a replay enqueued waits for it to end (a step creating an
+        # instance): its lease would wait with it, unrenewed.
+        return not getattr(self._local, "draining", False)
+
     def drain(self) -> int:
         """Run every queued replay; return how many ran."""
         queue, ran = self._queue(), 0
@@ -55,7 +60,7 @@ class InlineExecutor(BaseExecutor):
 
     def run_due(self) -> int:
         """Run every instance whose wake time has passed; return how many replays ran."""
-        from django_workflows import clock
+        from django_workflows.shared import clock
         from django_workflows.models import Instance
 
         ran = 0

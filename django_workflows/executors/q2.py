@@ -19,11 +19,12 @@ from collections.abc import Iterable
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import router
 
-from django_workflows import routing
+from django_workflows.shared import routing
 from django_workflows.errors import WorkflowConfigError, require_extra
 from django_workflows.executors import q2_conf
 from django_workflows.executors.base import PROBE_TASK, REPLAY_TASK, REPLAYS_TASK, BaseExecutor, by_queue, run_task
 from django_workflows.executors.q2_conf import ORM_BROKER, q_cluster
+from django_workflows.moved_modules import current
 
 TASK_GROUP = "django_workflows"
 
@@ -39,7 +40,7 @@ def batches(instance_pks: list[int]) -> list[list[int]]:
     at once still spread over the workers instead of queueing behind each other in one task."""
     from django_q.conf import Conf
 
-    from django_workflows.conf import workflow_settings
+    from django_workflows.foundations.conf import workflow_settings
 
     count = len(instance_pks)
     fewest = -(-count // max(workflow_settings.REPLAY_BATCH, 1))
@@ -94,6 +95,11 @@ class DjangoQExecutor(BaseExecutor):
                     async_task(REPLAYS_TASK, chunk, task_name=f"replays-{chunk[0]}+{len(chunk) - 1}",
                                group=TASK_GROUP, save=False, ack_failure=True, cluster=cluster)
 
+    def replay_processes(self) -> int:
+        from django_q.conf import Conf
+
+        return max(int(Conf.WORKERS or 1), 1)
+
     def enqueue_probe(self, worker_id: str) -> None:
         from django_q.tasks import async_task
 
@@ -103,8 +109,8 @@ class DjangoQExecutor(BaseExecutor):
                    ack_failure=True, cluster=q2_conf.list_key(served[0] if served else routing.DEFAULT_QUEUE))
 
     def check(self) -> Iterable:
-        from django_workflows.conf import workflow_settings
-        from django_workflows.durations import parse_duration
+        from django_workflows.foundations.conf import workflow_settings
+        from django_workflows.shared.durations import parse_duration
 
         conf = q_cluster()
         messages: list[CheckMessage] = []
@@ -176,7 +182,7 @@ class DjangoQExecutor(BaseExecutor):
                 hint="Set save_limit to a bound, or -1 to keep no successful tasks.",
                 id="django_workflows.W107",
             ))
-        if uses_orm_broker() and conf.get("broker_class") != ORM_BROKER:
+        if uses_orm_broker() and current(str(conf.get("broker_class", ""))) != ORM_BROKER:
             messages.append(Warning(
                 "Q_CLUSTER uses django-q2's own ORM broker: an idle worker queries the queue table every "
                 f"{conf.get('poll', 0.2)} s (poll).",

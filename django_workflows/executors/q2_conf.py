@@ -19,7 +19,7 @@ import warnings
 
 from django.conf import settings
 
-ORM_BROKER = "django_workflows.broker.ORMBroker"
+ORM_BROKER = "django_workflows.executors.broker.ORMBroker"
 
 #: ``Q_CLUSTER`` when the project sets none (the recommended settings of docs/how-to/production-postgresql.md).
 RECOMMENDED = {

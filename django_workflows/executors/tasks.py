@@ -28,7 +28,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
 from django_workflows.errors import WorkflowConfigError
-from django_workflows import routing
+from django_workflows.shared import routing
 from django_workflows.executors.base import BaseExecutor, by_queue
 from django_workflows.executors.tasks_framework import PART, framework_class, tasks_framework
 

@@ -10,6 +10,6 @@ or its inbox. Nothing outside this package writes those columns.
 - ``retention``: deleting finished instances with their journal and inbox.
 - ``schedules``: cron schedules' rows, and the round that creates a schedule's due slots once.
 
-Times come from ``django_workflows.clock`` (the database's clock). A statement of the engine's own that
+Times come from ``django_workflows.shared.clock`` (the database's clock). A statement of the engine's own that
 fails raises ``control_flow.StoreError``, which user code cannot catch.
 """

@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 
 from django_workflows.models import FINISHED_STATUSES, Instance
 from django_workflows.store import inbox
-from django_workflows.validation import RESERVED_EVENT_PREFIX
+from django_workflows.foundations.validation import RESERVED_EVENT_PREFIX
 
 CHILD_EVENT_PREFIX = f"{RESERVED_EVENT_PREFIX}child-"
 SENDER = "child workflow"

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
+from django_workflows.shared import clock
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.store import tags as instance_tags
@@ -37,7 +38,12 @@ def trigger(instance: Instance, tags: Mapping[str, str], period: timedelta, max_
     Joining gives it ``instance.params`` (or ``merge(its stored params)``) and a wake time ``period`` from
     ``now``, capped at ``max_wait`` after it was created. An instance whose wake time has passed and that
     the wake-up loop has not queued yet (no worker runs, or it is behind) is queued here, as the loop would,
-    and a new one inserted: this trigger came after its period."""
+    and a new one inserted: this trigger came after its period.
+
+    Whether the start has come is decided by the clock read once the trigger holds the row, not by
+    ``now``, when the trigger was asked for: a trigger that waited for the row (another trigger's
+    transaction, SQLite's write lock) past the start would otherwise join an instance due to start, and
+    put its start off, or not, by whether the wake-up loop had taken the row meanwhile."""
     alias = router.db_for_write(Instance)
     for look in range(_LOOKS):
         try:
@@ -45,6 +51,7 @@ def trigger(instance: Instance, tags: Mapping[str, str], period: timedelta, max_
                 scheduled = Instance.objects.debounced(instance.workflow_name, instance.debounce_key or "")
                 row = scheduled.select_for_update().values("pk", "instance_id", "params", "created_at",
                                                            "wake_at").first()
+                now = max(now, clock.now())
                 if row is not None and row["wake_at"] is not None and row["wake_at"] > now:
                     wake_at = now + period
                     if max_wait is not None:
@@ -53,7 +60,9 @@ def trigger(instance: Instance, tags: Mapping[str, str], period: timedelta, max_
                     scheduled.filter(pk=row["pk"]).update(params=params, wake_at=wake_at, updated_at=now)
                     return row["pk"], row["instance_id"], True
                 if row is not None:
-                    scheduled.filter(pk=row["pk"]).update(status=InstanceStatus.QUEUED, updated_at=now)
+                    # Its start passed is no wake time: a queued instance keeps one only while held back.
+                    scheduled.filter(pk=row["pk"]).update(status=InstanceStatus.QUEUED, wake_at=None,
+                                                          updated_at=now)
                     enqueue(row["pk"])
                 instance.save(force_insert=True)
                 if tags:

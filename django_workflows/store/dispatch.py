@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from django.db import connections, router, transaction
 from django.db.models import Case, F, Q, Subquery, Value, When
 
-from django_workflows import clock, options, routing
-from django_workflows.definition import registry
-from django_workflows.conf import workflow_settings
+from django_workflows.shared import clock, options, routing
+from django_workflows.shared.definition import registry
+from django_workflows.foundations.conf import workflow_settings
 from django_workflows.executors import enqueue_many
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.store import holders, leases
@@ -25,9 +25,11 @@ if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
 
-# The statuses whose wake time the loop keeps: a waiting instance's next step, a scheduled one's start.
-# Each has a partial index of its own (dw_instance_wake, dw_instance_scheduled).
-WOKEN_STATUSES = (InstanceStatus.WAITING, InstanceStatus.SCHEDULED)
+# The statuses whose wake time the loop keeps: a waiting instance's next step, a scheduled one's start,
+# and the deadline of a queued one that a concurrency limit holds back (``leases.hold``: its claim then
+# takes it through the limit, to time it out). Each has a partial index of its own (dw_instance_wake,
+# dw_instance_scheduled, dw_instance_held).
+WOKEN_STATUSES = (InstanceStatus.WAITING, InstanceStatus.SCHEDULED, InstanceStatus.QUEUED)
 
 
 def _claim_sql(connection: BaseDatabaseWrapper) -> str:
@@ -43,13 +45,14 @@ def _claim_sql(connection: BaseDatabaseWrapper) -> str:
         f"LIMIT %s{lock}) AS due_{index}" for index in range(len(WOKEN_STATUSES))
     )
     statuses = ", ".join(["%s"] * len(WOKEN_STATUSES))
-    return (f"UPDATE {table} SET status = %s, updated_at = %s "
+    # The wake time is cleared as it fires: a queued instance keeps one only while a limit holds it back.
+    return (f"UPDATE {table} SET status = %s, wake_at = NULL, updated_at = %s "
             f"WHERE status IN ({statuses}) AND id IN ({due}) RETURNING id")
 
 
 def wake_due(now: datetime | None = None) -> int:
-    """Queue every waiting or scheduled instance whose wake time has passed and enqueue its replay;
-    return how many."""
+    """Queue every waiting or scheduled instance whose wake time has passed, and every queued one held
+    back by a concurrency limit whose deadline has, and enqueue its replay; return how many."""
     alias = router.db_for_write(Instance)
     connection = connections[alias]
     now = now or clock.now()
@@ -66,14 +69,15 @@ def wake_due(now: datetime | None = None) -> int:
                 claimed = [row[0] for row in cursor.fetchall()]
             enqueue_many(claimed)
         woken += len(claimed)
-        # Up to a batch of each status: fewer than one batch in all means neither had more.
+        # Up to a batch of each status: fewer than one batch in all means none had more.
         if len(claimed) < batch:
             return woken
 
 
 def next_wake_time() -> datetime | None:
-    """The earliest wake time among waiting and scheduled instances: one statement, which finds the first
-    of each status through its partial index and reads the earlier of the two rows by primary key."""
+    """The earliest wake time among waiting, scheduled and held queued instances: one statement, which
+    finds the first of each status through its partial index and reads the earliest of those rows by
+    primary key."""
     firsts = Q()
     for status in WOKEN_STATUSES:
         first = (Instance.objects.filter(status=status, wake_at__isnull=False).order_by("wake_at")
@@ -145,14 +149,37 @@ def sweep(now: datetime | None = None) -> int:
     # workflow with a concurrency limit (of each of its keys, when keyed), one per free slot. One
     # statement to find which have queued instances (none without limits), then, for each, one for its
     # keys when keyed and one per key.
-    for name in leases.with_queued(slotted):
+    for name in with_queued(slotted):
         own = slots[name]
-        for key in leases.queued_keys(name) if own.concurrency_keyed else [""]:
+        for key in queued_keys(name) if own.concurrency_keyed else [""]:
             with transaction.atomic(using=alias):
                 handed = leases.hand_on(name, own, key, now)
                 enqueue_many(handed)
             redispatched += len(handed)
     return redispatched
+
+
+def queued_keys(workflow_name: str) -> list[str]:
+    """The limit keys of the workflow's queued instances, for the sweeper's hand-on of each."""
+    return sorted(set(Instance.objects.filter(workflow_name=workflow_name, status=InstanceStatus.QUEUED)
+                      .values_list("limit_key", flat=True).distinct()))
+
+
+def with_queued(workflow_names: list[str]) -> list[str]:
+    """Which of the workflows have queued instances: one statement whatever their number, each name
+    one probe of the (workflow, status, created) index, so an idle worker's sweep does not grow with
+    the workflows that declare a concurrency limit."""
+    if not workflow_names:
+        return []
+    connection = connections[router.db_for_write(Instance)]
+    table = connection.ops.quote_name(Instance._meta.db_table)
+    probe = f"SELECT %s WHERE EXISTS (SELECT 1 FROM {table} WHERE workflow_name = %s AND status = %s)"
+    params: list[str] = []
+    for name in workflow_names:
+        params += [name, name, InstanceStatus.QUEUED.value]
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join([probe] * len(workflow_names)), params)
+        return sorted(name for (name,) in cursor.fetchall())
 
 
 def _reclaim_sql(connection: BaseDatabaseWrapper, owners: int) -> str:

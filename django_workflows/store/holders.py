@@ -12,7 +12,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from django_workflows import processes
+from django_workflows.shared import processes
 
 
 def _read(path: str) -> str:

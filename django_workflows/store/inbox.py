@@ -79,7 +79,8 @@ def deliver(pk: int, type: str, payload: Any, *, sender: str, now: datetime,  # 
         remember(pk, event.pk, type, deliveries, now)
         if awaited:
             # Queued, so that the sweeper re-enqueues it should the replay task be lost.
-            rows.update(status=InstanceStatus.QUEUED, updated_at=now)
+            # Its wake time goes: a queued instance keeps one only while a limit holds it back.
+            rows.update(status=InstanceStatus.QUEUED, wake_at=None, updated_at=now)
             enqueue(pk)
         return row["status"], event.pk
 

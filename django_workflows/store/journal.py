@@ -12,25 +12,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.db import connections, router, transaction
 
-from django_workflows import clock
-from django_workflows.control_flow import Fenced
+from django_workflows.shared import clock
+from django_workflows.foundations.control_flow import Fenced
 from django_workflows.models import Event, Instance, InstanceStatus, Step
 from django_workflows.store import children, steering
 # The engine's modules import Entry and load from this module; kept so while they are restructured
 # (issue 32).
+from django_workflows.store.journal_entries import Costs as Costs
 from django_workflows.store.journal_entries import Entry as Entry
-from django_workflows.store.journal_entries import engine_statements
+from django_workflows.store.journal_entries import datetime_adapter, engine_statements
 from django_workflows.store.journal_entries import load as load
+from django_workflows.store.journal_entries import wake_sleeps_and_load as wake_sleeps_and_load
 
 if TYPE_CHECKING:
-    from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.utils import CursorWrapper
 
     from django_workflows.store.lease_keeper import Lease
@@ -46,36 +47,7 @@ class InboxEvent:
     received_at: datetime
 
 
-class Costs(NamedTuple):
-    """What a replay adds to its instance's totals as it gives the lease back (``Instance.cpu_ms``,
-    ``Instance.step_wall_ms``): in the statement that releases the lease, which every replay makes, so
-    the figures cost no statement of their own. A step's journal write cannot carry them on every
-    database: SQLite has no data-modifying WITH, and a trigger on the journal that updated the instance
-    table would break every later migration that rebuilds that table on SQLite (Django renames the
-    rebuilt table with legacy_alter_table off, and SQLite then refuses a trigger naming the table
-    dropped). The price: a replay that dies before its release (its worker killed) or is fenced does
-    not add its figures; its journaled attempts keep their own."""
-
-    cpu_ms: float
-    step_wall_ms: float
-
-
 _JSON_COLUMNS = {"attempts", "config", "result", "error"}
-
-
-def _datetime_adapter(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
-    """The connection's datetime adaptation, with a short cut for SQLite storing UTC, which is
-    every write of a replay: Django's adapter checks settings and converts the zone on each call."""
-    adapt = connection.ops.adapt_datetimefield_value
-    if connection.vendor != "sqlite" or not settings.USE_TZ or connection.timezone is not UTC:
-        return adapt
-
-    def adapt_utc(value: Any) -> Any:
-        if isinstance(value, datetime) and value.tzinfo is UTC:
-            return str(value.replace(tzinfo=None))
-        return adapt(value)
-
-    return adapt_utc
 
 
 class JournalWriter:
@@ -94,11 +66,15 @@ class JournalWriter:
         self.fenced = False
         # While an async run()'s round settles its steps, the round: written with each of its rows.
         self.settled_in: int | None = None
+        # The row insert_later keeps for the next write: (step key, called once written, statement).
+        self._pending: tuple[str, Callable[[], None], tuple[str, list[Any]]] | None = None
         self.alias = router.db_for_write(Step)
         connection = connections[self.alias]
         self.connection = connection
+        # Run inside a transaction (a test's, an atomic request's): what waits for a commit waits for it.
+        self.in_caller_transaction = connection.in_atomic_block
         ops = connection.ops
-        self._adapt_datetime = _datetime_adapter(connection)
+        self._adapt_datetime = datetime_adapter(connection)
         json_placeholder = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
         self._json_placeholder = json_placeholder
         # The cursor of _cursor(), and the DB-API connection it was opened on.
@@ -127,6 +103,35 @@ class JournalWriter:
 
     def insert(self, **fields: Any) -> tuple[int, str]:
         """Insert a journal row; return ``(step id, instance status)``."""
+        return self._execute(*self._inserting(fields))
+
+    def insert_later(self, written: Callable[[], None], **fields: Any) -> None:
+        """``insert`` a succeeded step's row with the replay's next write, not now; ``written()`` is called
+        once it has committed. That write is the next step call's, or the release that ends the replay,
+        whose transaction the row then joins: a run() that returns after its last step commits that step
+        and its end at once. Until then the step is as if unjournaled (a crash runs it again)."""
+        self.write_pending()
+        self._pending = (fields["key"], written, self._inserting(fields))
+
+    @property
+    def keeps_row(self) -> bool:
+        """Whether a row ``insert_later`` kept is still to be written."""
+        return self._pending is not None
+
+    def write_pending(self) -> tuple[str, str] | None:
+        """Write the row ``insert_later`` kept, if any; return ``(its step key, the instance's status)``."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        key, written, statement = pending
+        _, status = self._execute(*statement)
+        if self.connection.in_atomic_block and not self.in_caller_transaction:
+            transaction.on_commit(written, using=self.alias)
+        else:
+            written()
+        return key, status
+
+    def _inserting(self, fields: dict[str, Any]) -> tuple[str, list[Any]]:
         fields.setdefault("attempts", _NO_ATTEMPTS)
         if self.settled_in is not None:
             fields["settled_in"] = self.settled_in
@@ -141,7 +146,7 @@ class JournalWriter:
             )
         params = [self.instance_pk, *[self._value(c, v) for c, v in fields.items()]]
         params += [self.instance_pk, self.epoch, self.instance_pk]
-        return self._execute(sql, params)
+        return sql, params
 
     def update(self, step_id: int, **fields: Any) -> tuple[int, str]:
         """Update a journal row; return ``(step id, instance status)``."""
@@ -183,7 +188,10 @@ class JournalWriter:
         if self.fenced:
             # A step of this replay was refused: whatever run() made of it, its end is not the instance's.
             return None
-        with engine_statements():
+        with engine_statements(), (transaction.atomic(using=self.alias) if self._pending and
+                                   not self.connection.in_atomic_block else nullcontext()):
+            # A row kept by insert_later commits with the release, in one transaction.
+            self.write_pending()
             cursor = self._cursor()
             cursor.execute(sql, params)
             released = cursor.fetchall()
@@ -218,8 +226,9 @@ class JournalWriter:
             if status != InstanceStatus.WAITING:
                 return status  # None (fenced), or paused: a pause was asked meanwhile
             if Event.objects.waiting_for(self.instance_pk, types).exists():
+                # Without the wake time: a queued instance keeps one only while a limit holds it back.
                 Instance.objects.filter(pk=self.instance_pk, status=InstanceStatus.WAITING).update(
-                    status=InstanceStatus.QUEUED
+                    status=InstanceStatus.QUEUED, wake_at=None
                 )
                 return InstanceStatus.QUEUED
         return InstanceStatus.WAITING
@@ -293,6 +302,7 @@ class JournalWriter:
         """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at
         ``wake_at``, adding the replay's ``costs``; the crash count is left as it is. False if the
         epoch moved on meanwhile."""
+        self._pending = None  # a kept row goes: its step runs again
         adding, added = _adding(costs)
         sql = (
             f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
@@ -343,6 +353,7 @@ class JournalWriter:
         return Fenced()
 
     def _execute(self, sql: str, params: Sequence[Any]) -> tuple[int, str]:
+        self.write_pending()
         self.check_lease()
         with engine_statements():
             cursor = self._cursor()

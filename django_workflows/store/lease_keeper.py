@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from django_workflows import clock
-from django_workflows.conf import workflow_settings
+from django_workflows.shared import clock
+from django_workflows.foundations.conf import workflow_settings
 from django_workflows.models import Instance, InstanceStatus
 
 if TYPE_CHECKING:

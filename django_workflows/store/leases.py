@@ -6,6 +6,7 @@ Keeping the lease alive while a replay runs is ``lease_keeper``'s; naming its ho
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,19 +15,22 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, router, transaction
 from django.db.models.expressions import RawSQL
 
-from django_workflows import limits, options, routing, rows
-from django_workflows.definition import registry
+from django_workflows.shared import deadlines, limits, options, routing, rows
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus, Step
 # The engine's modules reach the keeper and the holder through this module (``leases.keeper``,
 # ``leases.holder()``); kept so while they are restructured (issue 32).
 from django_workflows.store.holders import holder
+from django_workflows.store import journal_entries
+from django_workflows.store.journal_entries import Entry
+from django_workflows.store.literals import Varying
 from django_workflows.store.lease_keeper import Lease, keeper
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.base.operations import BaseDatabaseOperations
 
-__all__ = ["Claim", "Lease", "keeper", "holder", "take", "hand_on", "queued_keys", "with_queued", "slot_counts", "crash_counted",
+__all__ = ["Claim", "Lease", "keeper", "holder", "take", "hand_on", "slot_counts", "crash_counted",
            "crash_counted_sql", "holds_slot_sql", "RATE_LIMITED_REASON"]
 
 
@@ -56,14 +60,16 @@ class Claim:
     # When the instance first started: the moment of this claim if this is its first (the rate limit
     # counts starts by it).
     started_at: datetime | None = None
-    # The instance's own timeout and the deadline it came to (``django_workflows.deadlines``); None: none.
+    # The instance's own timeout and the deadline it came to (``django_workflows.shared.deadlines``); None: none.
     timeout: timedelta | None = None
     deadline: datetime | None = None
     # What its workflow's keyed limits count it by ("" when they are not keyed): the slot it gives back.
     limit_key: str = ""
-    # Where and in what order it runs (``django_workflows.routing``): a successor keeps them.
+    # Where and in what order it runs (``django_workflows.shared.routing``): a successor keeps them.
     queue: str = "default"
     priority: int = 0
+    # The journal, read with the lease, by step key; None: not read (the caller loads it).
+    journal: dict[str, Entry] | None = None
 
     def __str__(self) -> str:
         return f"{self.workflow_name}/{self.instance_id}"
@@ -164,12 +170,26 @@ def _scope() -> _Condition | None:
 def _preferred_sql(table: str, prefer: _Condition, postgresql: bool) -> str:
     """The instance a claim of ``%s`` (queued) takes instead: the queued instance of its queue of higher
     priority and earlier turn that comes first, among those ``prefer`` allows; NULL for none. On
-    PostgreSQL it is locked, skipping one another claim has locked, so two claims never pick the same."""
+    PostgreSQL it is locked, skipping one another claim has locked, so two claims never pick the same.
+
+    The claimed instance is read by its primary key alone, and its queue, priority and turn bound the
+    queued instances as values, never in a join: a herd queued at once leaves statistics that say no
+    instance is queued, and a join then had the planner find the claimed instance by scanning the
+    queued ones and compare each queued instance with it, every take reading all of them. As values,
+    they are a range of the partial index ``dw_instance_queue_turns`` whatever the statistics say."""
     lock = " FOR UPDATE OF b SKIP LOCKED" if postgresql else ""
+
+    def claimed(column: str) -> str:
+        return f"(SELECT {column} FROM {table} WHERE id = %s)"
+
     return (
-        f"(SELECT b.id FROM {table} o JOIN {table} b ON b.queue = o.queue AND b.priority > o.priority "
-        f"AND b.turn_at < o.turn_at WHERE o.id = %s AND o.status = %s AND {prefer.on('o')} "
-        f"AND b.status = %s AND {prefer.on('b')} ORDER BY b.turn_at, b.id LIMIT 1{lock})"
+        f"(SELECT b.id FROM {table} b WHERE b.status = %s AND {prefer.on('b')} "
+        f"AND b.queue = {claimed('queue')} AND b.priority > {claimed('priority')} "
+        f"AND b.turn_at < {claimed('turn_at')} "
+        # LIMIT 1: a subquery the planner neither merges into the query nor pushes the conditions into.
+        f"AND EXISTS (SELECT 1 FROM (SELECT * FROM {table} WHERE id = %s LIMIT 1) o "
+        f"WHERE o.status = %s AND {prefer.on('o')}) "
+        f"ORDER BY b.turn_at, b.id LIMIT 1{lock})"
     )
 
 
@@ -184,46 +204,43 @@ def _runnable_params(stamp: Any) -> list[Any]:
     return [InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value, running, pausing, stamp]
 
 
-def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, condition: _Condition,
-          prefer: _Condition | None = None) -> Claim | None:
-    """The claim's UPDATE, of the instance (or of the one it gives way to, with ``prefer``) within
-    ``condition``."""
-    alias = router.db_for_write(Instance)
+@functools.lru_cache(maxsize=64)
+def _take_sql(alias: str, vendor: str, condition: str, prefer: str | None) -> str:
+    """The text of the take's UPDATE within ``condition``, giving way as ``prefer`` says (templates of
+    ``_Condition``s): built once per database and shape, of which a process makes a few."""
     connection = connections[alias]
     ops = connection.ops
     table = ops.quote_name(Instance._meta.db_table)
-    queued = InstanceStatus.QUEUED.value
-    target = "%s"
-    target_params: list[Any] = [instance_pk]
-    if prefer is not None:
-        target = f"COALESCE({_preferred_sql(table, prefer, connection.vendor == 'postgresql')}, %s)"
-        target_params = [instance_pk, queued, *prefer.params, queued, *prefer.params, instance_pk]
-    sql = (
-        f"UPDATE {table} SET "
-        "status = CASE WHEN status = %s THEN status ELSE %s END, "
-        "epoch = epoch + 1, "
-        f"crash_count = CASE WHEN status IN (%s, %s) THEN ({crash_counted_sql(connection)}) "
-        "ELSE crash_count END, "
+    target = "%s" if prefer is None else f"COALESCE({_preferred_sql(table, _Condition(prefer), vendor == 'postgresql')}, %s)"
+    return (
+        f"UPDATE {table} SET status = CASE WHEN status = %s THEN status ELSE %s END, epoch = epoch + 1, "
+        f"crash_count = CASE WHEN status IN (%s, %s) THEN ({crash_counted_sql(connection)}) ELSE crash_count END, "
         "lease_owner = %s, lease_expires_at = %s, wake_at = NULL, progressed_at = NULL, "
         "started_at = COALESCE(started_at, %s), updated_at = %s "
-        f"WHERE id = {target} AND {_runnable(ops)} AND {condition.sql} "
+        f"WHERE id = {target} AND {_runnable(ops)} AND {_Condition(condition).sql} "
         f"RETURNING {', '.join(ops.quote_name(c) for c in _CLAIMED_COLUMNS)}"
     )
+
+
+def _take(instance_pk: int, owner: str, now: datetime, lease_seconds: float, condition: _Condition,
+          prefer: _Condition | None = None, constant: bool = True) -> Claim | None:
+    """The claim's UPDATE, of the instance (or of the one it gives way to, with ``prefer``) within
+    ``condition``, whose values are the same at every call unless not ``constant``."""
+    connection = connections[router.db_for_write(Instance)]
+    adapt, pk, queued = connection.ops.adapt_datetimefield_value, Varying(instance_pk), InstanceStatus.QUEUED.value
+    target_params = [pk] if prefer is None else [queued, *prefer.params, pk, pk, pk, pk, queued, *prefer.params, pk]
+    sql = _take_sql(connection.alias, connection.vendor, condition.template, prefer and prefer.template)
+    stamp = Varying(adapt(now))
     running, pausing = InstanceStatus.RUNNING.value, InstanceStatus.WAITING_FOR_PAUSE.value
-    stamp = ops.adapt_datetimefield_value(now)
     params = [
-        pausing, running,
-        running, pausing,
-        owner, ops.adapt_datetimefield_value(now + timedelta(seconds=lease_seconds)),
-        stamp, stamp,
+        pausing, running, running, pausing,
+        Varying(owner), Varying(adapt(now + timedelta(seconds=lease_seconds))), stamp, stamp,
         *target_params, *_runnable_params(stamp), *condition.params,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row, journal = journal_entries.take_reading_journal(connection, sql, params, _CLAIMED_COLUMNS, stamp, constant)
     if row is None:
         return None
-    return Claim(*rows.reader(connection, Instance, _CLAIMED_COLUMNS).decode(row, connection))
+    return Claim(*rows.reader(connection, Instance, _CLAIMED_COLUMNS).decode(row, connection) + [journal])
 
 
 # -- limits ------------------------------------------------------------------------------------------
@@ -273,15 +290,19 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
         lock, lock_params = f", pg_advisory_xact_lock(hashtextextended(%s || {keyed_lock}, 0))", [_LOCK_PREFIX, *per_key]
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT workflow_name, limit_key, started_at{lock} FROM {table} "
+            f"SELECT workflow_name, limit_key, started_at, deadline, wake_at{lock} FROM {table} "
             f"WHERE id = %s AND {within.sql} AND {_runnable(ops)}",
             [*lock_params, instance_pk, *within.params, *_runnable_params(stamp)],
         )
         row = cursor.fetchone()
         if row is None:
             return None  # not runnable (a duplicate delivery), or not limited here
-        name, key, started_at = row[0], row[1], row[2]
+        name, key = row[0], row[1]
+        started_at, deadline, wake_at = rows.reader(connection, Instance, _HELD).decode(row[2:5], connection)
         own = limited[name]
+        if deadlines.passed(deadline, now):
+            # Its replay runs no step of run(), only times it out: held back, it would end late.
+            return _take(instance_pk, owner, now, lease_seconds, scope)
         if own.rate is not None and started_at is None:
             by_key, key_params = ("AND limit_key = %s ", [key]) if own.rate_keyed else ("", [])
             cursor.execute(
@@ -292,10 +313,12 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
             full = cursor.fetchone()
             if full is not None:
                 oldest = rows.reader(connection, Instance, ("started_at",)).decode(full, connection)[0]
+                # Woken when the window allows, or by its deadline if that comes first.
                 cursor.execute(
                     f"UPDATE {table} SET status = %s, wake_at = %s, waiting_for = NULL, waiting_reason = %s, "
                     "updated_at = %s WHERE id = %s AND status IN (%s, %s) AND started_at IS NULL",
-                    [InstanceStatus.WAITING.value, ops.adapt_datetimefield_value(oldest + own.rate.period),
+                    [InstanceStatus.WAITING.value,
+                     ops.adapt_datetimefield_value(deadlines.earliest(oldest + own.rate.period, deadline)),
                      RATE_LIMITED_REASON.format(rate=own.rate, name=name, key=_of_key(own, key, own.rate_keyed)),
                      stamp, instance_pk, InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value],
                 )
@@ -311,7 +334,12 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
             f"(s.turn_at = {table}.turn_at AND s.id < {table}.id)))) LIMIT 1 OFFSET %s)",
             (name, *counted.params, *_holds_slot_params(stamp), InstanceStatus.QUEUED.value, own.concurrency - 1),
         )
-        return _take(instance_pk, owner, now, lease_seconds, scope & ahead)
+        claim = _take(instance_pk, owner, now, lease_seconds, scope & ahead, constant=False)
+        if claim is None and deadline is not None and wake_at != deadline:
+            # Held back, it wakes at its deadline as a waiting instance does (dispatch.WOKEN_STATUSES).
+            cursor.execute(f"UPDATE {table} SET wake_at = %s WHERE id = %s AND status = %s", [
+                ops.adapt_datetimefield_value(deadline), instance_pk, InstanceStatus.QUEUED.value])
+        return claim
 
 
 def _counted(own: limits.WorkflowLimits, key: str) -> _Condition:
@@ -327,7 +355,8 @@ def _of_key(own: limits.WorkflowLimits, key: str, keyed: bool) -> str:
     return f" for {own.key} {key!r}" if keyed else ""
 
 
-_LOCK_PREFIX = "django_workflows.limits:"
+_LOCK_PREFIX = "django_workflows.shared.limits:"
+_HELD = ("started_at", "deadline", "wake_at")
 
 
 def hand_on(workflow_name: str, own: limits.WorkflowLimits, key: str, now: datetime) -> list[int]:
@@ -361,29 +390,6 @@ def hand_on(workflow_name: str, own: limits.WorkflowLimits, key: str, now: datet
         return []
     free = max(concurrency - found[0][1], 0)
     return [pk for pk, _ in found[:free]]
-
-
-def queued_keys(workflow_name: str) -> list[str]:
-    """The limit keys of the workflow's queued instances, for the sweeper's hand-on of each."""
-    return sorted(set(Instance.objects.filter(workflow_name=workflow_name, status=InstanceStatus.QUEUED)
-                      .values_list("limit_key", flat=True).distinct()))
-
-
-def with_queued(workflow_names: list[str]) -> list[str]:
-    """Which of the workflows have queued instances: one statement whatever their number, each name
-    one probe of the (workflow, status, created) index, so an idle worker's sweep does not grow with
-    the workflows that declare a concurrency limit."""
-    if not workflow_names:
-        return []
-    connection = connections[router.db_for_write(Instance)]
-    table = connection.ops.quote_name(Instance._meta.db_table)
-    probe = f"SELECT %s WHERE EXISTS (SELECT 1 FROM {table} WHERE workflow_name = %s AND status = %s)"
-    params: list[str] = []
-    for name in workflow_names:
-        params += [name, name, InstanceStatus.QUEUED.value]
-    with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join([probe] * len(workflow_names)), params)
-        return sorted(name for (name,) in cursor.fetchall())
 
 
 def slot_counts(workflow_name: str, now: datetime) -> dict[str, int]:

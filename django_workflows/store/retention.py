@@ -27,8 +27,8 @@ from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet, Valu
 if TYPE_CHECKING:
     from django.db.models.expressions import CombinedExpression
 
-from django_workflows import clock, large_values
-from django_workflows.conf import workflow_settings
+from django_workflows.shared import clock, large_values
+from django_workflows.foundations.conf import workflow_settings
 from django_workflows.models import FINISHED_STATUSES, Delivery, Event, Instance, InstanceStatus, InstanceTag, Step
 
 

@@ -24,13 +24,13 @@ from typing import Any
 
 from django.db import IntegrityError, router, transaction
 
-from django_workflows import deadlines, options
-from django_workflows.definition import registry
+from django_workflows.shared import deadlines, options
+from django_workflows.shared.definition import registry
 from django_workflows.errors import InvalidParams
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance, InstanceStatus, Schedule
-from django_workflows.options import WorkflowOptions
-from django_workflows.cron import (
+from django_workflows.shared.options import WorkflowOptions
+from django_workflows.shared.cron import (
     ON_TIME,
     ScheduleSpec,
     plan,

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
-from django_workflows.control_flow import Fenced
+from django_workflows.foundations.control_flow import Fenced
 from django_workflows.executors import enqueue
 from django_workflows.models import Instance
 from django_workflows.store import tags

@@ -8,8 +8,8 @@ from django import template
 from django.urls import reverse
 from django.utils.html import format_html
 
-from django_workflows import large_values
-from django_workflows.drawing.time_axis import human_duration, human_milliseconds
+from django_workflows.shared import large_values
+from django_workflows.reading.drawing.time_axis import human_duration, human_milliseconds
 from django_workflows.models import InstanceStatus
 
 register = template.Library()
@@ -74,13 +74,13 @@ def duration_between(start, end) -> str:
 @register.inclusion_tag("django_workflows/admin/includes/app_links.html", takes_context=True)
 def workflows_admin_links(context):
     """The approval queue and the workflows' diagrams, for the app's admin index."""
-    from django_workflows.approvals import awaiting_approval
+    from django_workflows.client.approvals import awaiting_approval
 
     user = context["request"].user
     can_view = user.has_perm("django_workflows.view_instance") or user.has_perm(
         "django_workflows.change_instance"
     )
-    from django_workflows import access
+    from django_workflows.shared import workflow_access as access
 
     queue = access.scope(awaiting_approval(), user, access.VIEW)
     return {"can_view": can_view, "approvals_count": queue.count() if can_view else 0}

@@ -20,11 +20,16 @@ def _secret_key() -> str:
         return kept.read_text().strip()
     except FileNotFoundError:
         key = secrets.token_urlsafe(50)
+        # Written whole beside it, then linked into place: two processes starting at once keep the first
+        # one's key, and neither can read the file half-written.
+        written = kept.with_name(f".secret_key.{secrets.token_hex(8)}")
+        written.write_text(key)
         try:
-            with open(kept, "x") as file:  # "x": two processes starting at once keep the first one's key
-                file.write(key)
+            os.link(written, kept)
         except FileExistsError:
             return kept.read_text().strip()
+        finally:
+            written.unlink()
         return key
 
 
@@ -129,8 +134,8 @@ if os.environ.get("REDIS_URL"):
                           "db": int(_redis.path.lstrip("/") or 0), "password": _redis.password}
 else:
     Q_CLUSTER["orm"] = "default"
-    # Sleeps while the queue is empty instead of polling it (django_workflows.broker).
-    Q_CLUSTER["broker_class"] = "django_workflows.broker.ORMBroker"
+    # Sleeps while the queue is empty instead of polling it (django_workflows.executors.broker).
+    Q_CLUSTER["broker_class"] = "django_workflows.executors.broker.ORMBroker"
 
 DJANGO_WORKFLOWS = {
     # The provider's signing secret from the environment; else one derived from this clone's SECRET_KEY,

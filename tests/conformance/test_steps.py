@@ -194,7 +194,7 @@ class Sleeps(WorkflowEntrypoint):
 
 
 def test_sleep_and_sleep_until_hold_no_worker_and_end(workflows_env):
-    from django_workflows import clock
+    from django_workflows.shared import clock
 
     now = clock.now()
     at = now + datetime.timedelta(hours=2)

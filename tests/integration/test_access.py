@@ -1,4 +1,4 @@
-"""Who may see and steer which instance (django_workflows.access) beyond the two tenants of
+"""Who may see and steer which instance (django_workflows.shared.workflow_access) beyond the two tenants of
 test_tenancy.py: the defaults, the API's own object permissions, and what a sender who may not view
 an instance learns of it (nothing)."""
 
@@ -8,7 +8,8 @@ from django.test import Client
 from rest_framework.permissions import BasePermission
 from rest_framework.test import APIClient
 
-from django_workflows import access, workflows
+from django_workflows import workflows
+from django_workflows.shared import workflow_access as access
 from django_workflows.models import Instance
 
 

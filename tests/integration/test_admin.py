@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.definition import registry
-from django_workflows.drawing.timeline import human_duration, render_timeline, tick_label
+from django_workflows.shared.definition import registry
+from django_workflows.reading.drawing.timeline import human_duration, render_timeline, tick_label
 from django_workflows.models import Event, Instance
 from tests.testapp.workflows import Approval
 
@@ -606,7 +606,7 @@ def test_bulk_actions_on_the_list(workflows_env, admin_client):
 
 
 def test_the_list_offers_one_bulk_action_per_steering_change_and_the_two_variants(admin_client):
-    from django_workflows.transitions import TRANSITIONS
+    from django_workflows.shared.transitions import TRANSITIONS
 
     page = admin_client.get(LIST_URL)
     choices = page.context["action_form"].fields["action"].choices

@@ -97,7 +97,7 @@ def test_unauthenticated_api_errors_name_no_workflow(waiting):
 
 def test_the_api_imports_its_permission_and_authentication_classes_once_not_per_request(waiting, settings,
                                                                                       monkeypatch):
-    from django_workflows import conf
+    from django_workflows.foundations import conf
 
     imported = []
     real_import_string = conf.import_string

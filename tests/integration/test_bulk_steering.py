@@ -13,7 +13,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from django_workflows import InvalidFilter, workflows
-from django_workflows.bulk_steering import where_filter
+from django_workflows.surfaces.bulk_steering import where_filter
 from django_workflows.models import Instance
 from tests.tenancy import SETTINGS, make_tenants
 
@@ -95,7 +95,7 @@ def test_bad_filters_are_refused_with_what_to_do(waiting, where, message):
 def test_filters_plug_in_by_name_and_by_dotted_family(db, monkeypatch):
     from django.db.models import Q
 
-    from django_workflows import bulk_steering
+    from django_workflows.surfaces import bulk_steering
 
     monkeypatch.setitem(bulk_steering.FILTERS, "tag", lambda name, values: Q(params__tag=values[0]))
     assert where_filter({"tag.tenant": "acme"}) == Q(params__tag="acme")

@@ -17,7 +17,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.definition import registry
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Step
 from tests.tenancy import SETTINGS, make_tenants
 

@@ -11,8 +11,8 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django_q.models import OrmQ
 
-from django_workflows import changes, clock
-from django_workflows.broker import ORMBroker
+from django_workflows.shared import changes, clock
+from django_workflows.executors.broker import ORMBroker
 from django_workflows.models import Instance, InstanceStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,7 +17,7 @@ from django.db import DatabaseError, OperationalError, connection
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.engine.child_steps import ChildSteps
-from django_workflows.definition import registry
+from django_workflows.shared.definition import registry
 from django_workflows.errors import InstanceTerminated, InvalidEventType
 from django_workflows.models import Event, Instance, Step
 from django_workflows.engine.replay import replay
@@ -25,7 +25,7 @@ from django_workflows.signals import replay_finished, replay_started
 from django_workflows.store import children as children_store
 from django_workflows.store import steering
 from django_workflows.store.dispatch import sweep
-from django_workflows.validation import INSTANCE_ID_PATTERN
+from django_workflows.foundations.validation import INSTANCE_ID_PATTERN
 from tests.testapp.workflows import SimulatedCrash
 
 

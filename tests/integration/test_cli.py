@@ -16,7 +16,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from django_workflows import workflows
-from django_workflows.describe import describe_instance, describe_workflow, instance_summary, status_counts
+from django_workflows.reading.describe import describe_instance, describe_workflow, instance_summary, status_counts
 from django_workflows.models import Event, Instance, Step
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from django_workflows import clock
-from django_workflows.cluster import ClusterWatch
+from django_workflows.shared import clock
+from django_workflows.surfaces.cluster import ClusterWatch
 from django_workflows.models import Instance, InstanceStatus
 
 

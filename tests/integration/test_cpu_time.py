@@ -17,8 +17,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from django_workflows import CpuTimeLimitExceeded, WorkflowEntrypoint, workflows
-from django_workflows.definition import registry
-from django_workflows.drawing.time_axis import human_milliseconds
+from django_workflows.shared.definition import registry
+from django_workflows.reading.drawing.time_axis import human_milliseconds
 from django_workflows.models import Instance, Step
 from django_workflows.engine.replay import replay
 from tests.testapp.workflows import calls
@@ -462,3 +462,25 @@ def test_the_admin_workflow_page_shows_its_own_limit(workflows_env, admin_client
                                       (31_200, "31.2 s"), (95_000, "1 min 35 s")])
 def test_figures_read_as_people_read_them(ms, text):
     assert human_milliseconds(ms) == text
+
+
+class TenQuickSteps(WorkflowEntrypoint):
+    name = "ten-quick-steps"
+    cpu_time_limit = "30 seconds"
+
+    def run(self, event, step):
+        return sum(step.do(f"s{n}", lambda: 1) for n in range(10))
+
+
+def test_the_limit_is_checked_at_each_step_without_reading_the_thread_s_cpu_clock(workflows_env, monkeypatch):
+    """``time.thread_time()`` is a system call: each step's attempt reads it twice (its journaled
+    ``cpu_ms``), and the limit's check at each step boundary reads it only once the replay's wall time
+    has passed the limit, since a thread cannot use more CPU than that."""
+    instance = workflows.get("ten-quick-steps").create(id="quick")
+    reads = []
+    real = time.thread_time
+    monkeypatch.setattr(time, "thread_time", lambda: reads.append(1) or real())
+    workflows_env.run_until_idle()
+    assert instance.status()["status"] == "complete"
+    # Two for each of the ten attempts, one as the replay starts and one for its total as it ends.
+    assert len(reads) == 2 * 10 + 2

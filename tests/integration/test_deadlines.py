@@ -10,11 +10,13 @@ from datetime import timedelta
 import pytest
 
 from django_workflows import WorkflowEntrypoint, WorkflowTimeoutError, workflows
-from django_workflows.definition import OPTIONS_ATTRIBUTE, registry
+from django_workflows.shared.definition import OPTIONS_ATTRIBUTE, registry
 from django_workflows.errors import InvalidParams
 from django_workflows.models import Instance, Step
-from django_workflows.options import WorkflowOptions
-from django_workflows.store.dispatch import next_wake_time
+from django_workflows.shared.options import WorkflowOptions
+from django_workflows.engine.replay import replay
+from django_workflows.store import leases
+from django_workflows.store.dispatch import next_wake_time, wake_due
 
 ran: list[str] = []
 undone: list[tuple[str, str]] = []
@@ -258,7 +260,8 @@ def test_create_timeout_overrides_the_class_and_bad_ones_create_nothing(workflow
             workflows.get("deadline-week").create(id="bad", timeout=bad)
         with pytest.raises(InvalidParams, match=said):
             workflows.get("deadline-week").create_batch([{"id": "bad-batch", "timeout": bad}])
-    assert not Instance.objects.filter(instance_id__startswith="bad").exists()
+    # Exactly the refused ids: the instances above have random hex ids, one in 4,096 of which starts "bad".
+    assert not Instance.objects.filter(instance_id__in=["bad", "bad-batch"]).exists()
     batch = workflows.get("deadline-none").create_batch([{"id": "b1", "timeout": "2 days"}, {"id": "b2"}])
     assert [_row(h).timeout for h in batch] == [timedelta(days=2), None]
     workflows_env.advance("1 hour")
@@ -304,3 +307,70 @@ def test_a_terminate_with_rollback_wins_over_a_deadline(workflows_env):
     status = instance.status()
     assert (status["status"], status["error"]["name"]) == ("terminated", "InstanceTerminated")
     assert undone == [("12A", "InstanceTerminated")]
+
+
+# Held back by a limit: the deadline is kept as it is for every other status.
+
+ELSEWHERE = "another-host:1:1:1"
+
+
+def test_a_queued_instance_held_back_by_a_concurrency_limit_times_out_at_its_deadline(workflows_env):
+    # "slotted" runs two at once (tests/testapp/workflows.py); two replays elsewhere hold both slots all day.
+    running_elsewhere = [workflows.get("slotted").create(params={"n": n}) for n in range(2)]
+    held = workflows.get("slotted").create(params={"n": 2}, timeout="1 hour")
+    workflows_env.executor.reset()
+    for handle in running_elsewhere:
+        assert leases.take(handle.pk, ELSEWHERE, workflows_env.now, 86_400) is not None
+    assert replay(held.pk) is False  # its delivery: at the limit, it stays queued for a slot
+    deadline = _row(held).deadline
+    assert (_row(held).status, _row(held).wake_at) == ("queued", deadline)
+    assert next_wake_time() == deadline
+    workflows_env.advance("59 minutes")
+    assert _row(held).status == "queued"
+    workflows_env.advance("2 minutes")  # no slot was freed meanwhile
+    status = held.status()
+    assert status["status"] == "errored" and status["error"]["name"] == "WorkflowTimeoutError", status
+    assert (_row(held).ended_at, _row(held).wake_at) == (deadline, None)
+    assert not Step.objects.filter(instance_id=held.pk).exists()
+    assert [_row(handle).status for handle in running_elsewhere] == ["running", "running"]
+    assert next_wake_time() is None
+
+
+def test_a_held_instance_handed_a_slot_before_its_deadline_runs_and_keeps_no_wake_time(workflows_env):
+    first, second = (workflows.get("slotted").create(params={"n": n}) for n in range(2))
+    held = workflows.get("slotted").create(params={"n": 2}, timeout="1 hour")
+    workflows_env.executor.reset()
+    claims = [leases.take(handle.pk, ELSEWHERE, workflows_env.now, 86_400) for handle in (first, second)]
+    assert replay(held.pk) is False and _row(held).wake_at == _row(held).deadline
+    assert replay(held.pk) is False  # a second delivery, refused too, writes nothing more
+    # One of the replays elsewhere gives its slot back: the held instance starts, well before its deadline.
+    Instance.objects.filter(pk=claims[0].pk).update(status="complete", lease_owner="", lease_expires_at=None)
+    workflows_env.advance("10 minutes")  # the sweeper's hand-on is what would queue it; here, its delivery
+    assert replay(held.pk) is True
+    assert held.status()["status"] == "complete"
+    assert next_wake_time() is None
+
+
+def test_a_rate_limited_instance_wakes_at_its_deadline_if_that_comes_before_the_window(workflows_env):
+    # "rate-limited" starts three a minute: the fourth waits for the window, and its deadline comes first.
+    started = [workflows.get("rate-limited").create() for _ in range(3)]
+    late = workflows.get("rate-limited").create(timeout="30 seconds")
+    workflows_env.run_until_idle()
+    assert [_row(handle).status for handle in started] == ["waiting"] * 3  # asleep for 10 minutes
+    assert (_row(late).status, _row(late).wake_at) == ("waiting", _row(late).deadline)
+    workflows_env.advance("31 seconds")
+    status = late.status()
+    assert status["status"] == "errored" and status["error"]["name"] == "WorkflowTimeoutError", status
+    assert _row(late).ended_at == _row(late).deadline
+
+
+def test_the_wake_up_loop_fires_a_woken_instance_once(workflows_env):
+    # An instance the loop queues loses its wake time, so the loop's next round, before its replay has
+    # taken it, does not queue it again.
+    sleeper = workflows.get("deadline-sleepy").create(params={"nap": "1 hour"})
+    workflows_env.run_until_idle()
+    workflows_env.clock.advance(timedelta(hours=1))
+    assert wake_due(workflows_env.now) == 1
+    assert (_row(sleeper).status, _row(sleeper).wake_at) == ("queued", None)
+    assert wake_due(workflows_env.now) == 0
+    assert list(workflows_env.executor.queue) == [sleeper.pk]

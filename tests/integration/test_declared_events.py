@@ -22,8 +22,8 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from django_workflows import EventRefused, InvalidEvent, WorkflowEntrypoint, workflows
-from django_workflows.checks import check_workflows
-from django_workflows.definition import registry
+from django_workflows.surfaces.checks import check_workflows
+from django_workflows.shared.definition import registry
 from django_workflows.models import Event, Instance
 from django_workflows.webhooks import sign
 

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.executors.q2 import DjangoQExecutor
 from django_workflows.models import Instance
-from django_workflows.new_instances import new_instance
+from django_workflows.client.new_instances import new_instance
 from django_workflows.store.dispatch import next_wake_time, sweep, wake_due
 from tests.testapp.workflows import calls
 
@@ -84,7 +84,7 @@ class FrozenBeforeItsEnd(WorkflowEntrypoint):
 
 @pytest.mark.parametrize("pause", [True, False])
 def test_a_replay_frozen_past_its_lease_cannot_undo_what_the_sweeper_did(workflows_env, frozen_replay, pause):
-    from django_workflows.conf import workflow_settings
+    from django_workflows.foundations.conf import workflow_settings
     from django_workflows.store.lease_keeper import keeper
 
     instance = workflows.get("frozen-before-its-end").create()
@@ -232,6 +232,22 @@ def test_q_cluster_checks(settings, change, expected):
     assert [m.id for m in DjangoQExecutor().check()] == [expected]
 
 
+def test_a_broker_named_by_the_path_of_a_module_that_moved_is_the_recommended_one(settings, monkeypatch):
+    # A project's settings keep the broker's dotted path from before the module moved: still no W108.
+    import sys
+
+    from django_workflows import moved_modules
+    from django_workflows.executors.q2_conf import ORM_BROKER
+
+    module, _, name = ORM_BROKER.rpartition(".")
+    monkeypatch.setitem(moved_modules.MOVED_MODULES, "django_workflows.earlier_broker", module)
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "broker_class": f"django_workflows.earlier_broker.{name}"}
+    with pytest.warns(DeprecationWarning, match="earlier_broker moved"):
+        messages = list(DjangoQExecutor().check())
+    sys.modules.pop("django_workflows.earlier_broker", None)
+    assert messages == []
+
+
 def test_lease_longer_than_retry(settings):
     settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1000}
     (message,) = DjangoQExecutor().check()
@@ -241,7 +257,7 @@ def test_lease_longer_than_retry(settings):
 
 
 def test_django_q2_defaults_warn_with_hints_that_point_the_right_way(settings):
-    settings.Q_CLUSTER = {"name": "site", "orm": "default", "broker_class": "django_workflows.broker.ORMBroker"}
+    settings.Q_CLUSTER = {"name": "site", "orm": "default", "broker_class": "django_workflows.executors.broker.ORMBroker"}
     messages = {m.id: m for m in DjangoQExecutor().check()}
     assert set(messages) == {"django_workflows.W104", "django_workflows.W106"}
     assert "retry above both LEASE_SECONDS" in messages["django_workflows.W104"].hint
@@ -273,7 +289,7 @@ def test_a_broker_whose_package_is_missing_refuses_to_create_anything(settings, 
 def test_the_lease_keeper_renews_a_held_lease(settings):
     import time
 
-    from django_workflows import clock
+    from django_workflows.shared import clock
     from django_workflows.store.lease_keeper import keeper
 
     settings.DJANGO_WORKFLOWS = {"LEASE_SECONDS": 1}

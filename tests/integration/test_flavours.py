@@ -13,7 +13,7 @@ import pytest
 from django_workflows import WorkflowEntrypoint, workflows
 
 from django_workflows.engine import async_run
-from django_workflows.definition import registry
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance
 from tests.flavours import NotTransformable, async_twin, flavoured, is_twin, sync_only_reason, use_flavour
 from tests.integration.conftest import ENGINE_SUITE

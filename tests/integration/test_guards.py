@@ -3,8 +3,8 @@
 import pytest
 
 from django_workflows import StepLimitExceeded, WorkflowEntrypoint, workflows
-from django_workflows.control_flow import Suspend
-from django_workflows.describe import describe_workflow
+from django_workflows.foundations.control_flow import Suspend
+from django_workflows.reading.describe import describe_workflow
 from django_workflows.models import Instance, Step
 from tests.testapp.workflows import calls
 
@@ -91,7 +91,7 @@ def test_event_is_read_only(workflows_env):
 
 @pytest.mark.one_flavour("no class is registered under the name: run() is never called")
 def test_an_instance_of_a_workflow_that_no_longer_exists_stays_queued_and_the_check_says_why(workflows_env):
-    from django_workflows import checks
+    from django_workflows.surfaces import checks
     from django_workflows.engine.replay import replay
 
     instance = workflows.get("three-steps").create()

@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 import pytest
 from django.contrib.auth.models import User
 
-from django_workflows import WorkflowEntrypoint, large_values, workflows
-from django_workflows.checks import check_workflows
-from django_workflows.definition import discover, registry
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.shared import large_values
+from django_workflows.surfaces.checks import check_workflows
+from django_workflows.shared.definition import discover, registry
 from django_workflows.models import Event, Instance, Step
 from django_workflows.store.retention import purge_finished
 

@@ -16,8 +16,9 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from django_workflows import clock, workflows
-from django_workflows.conf import workflow_settings
+from django_workflows import workflows
+from django_workflows.shared import clock
+from django_workflows.foundations.conf import workflow_settings
 from django_workflows.errors import IdempotencyKeyReused
 from django_workflows.models import Event, Instance
 from django_workflows.store import dispatch

@@ -47,7 +47,7 @@ def test_an_event_resumes_inline():
 def test_run_due_runs_instances_whose_wake_time_has_passed():
     from datetime import timedelta
 
-    from django_workflows import clock
+    from django_workflows.shared import clock
     from django_workflows.testing import ManualClock
 
     # A clock that moves only when told: a loaded machine cannot make the sleep due too early.
@@ -75,3 +75,33 @@ def test_a_failing_inline_replay_reaches_the_caller_instead_of_a_broker_warning(
     settings.DJANGO_WORKFLOWS = {"EXECUTOR": "tests.integration.test_inline_executor.FailingInlineExecutor"}
     with pytest.raises(LookupError, match="the replay of"):
         workflows.get("three-steps").create(id="fails-inline", params={})
+
+
+def test_a_create_holding_its_lease_still_gives_way_to_a_queued_instance_of_higher_priority():
+    from datetime import timedelta
+
+    from django_workflows.shared import clock
+    from django_workflows.models import Instance
+
+    # Queued and not replayed (its replay was lost, say): priority 9, its turn an hour ago.
+    now = clock.now()
+    high = Instance.objects.create(workflow_name="three-steps", instance_id="high", params={}, status="queued",
+                                   priority=9, turn_at=now - timedelta(hours=1), created_at=now, updated_at=now)
+    low = workflows.get("three-steps").create(id="low", params={})
+    assert low.status()["status"] == "complete"
+    high.refresh_from_db()
+    ran = Instance.objects.get(instance_id="low")
+    # The new instance was inserted queued, and its replay took the one it gives way to first, then its own.
+    assert high.status == "complete" and high.started_at <= ran.started_at
+    assert (high.epoch, ran.epoch) == (1, 1)
+
+
+def test_an_instance_created_holding_its_lease_runs_once_under_it():
+    from django_workflows.models import Instance
+
+    instance = workflows.get("three-steps").create(id="held", params={})
+    row = Instance.objects.get(instance_id="held")
+    assert instance.status()["status"] == "complete"
+    # One lease ever (the INSERT's), no crash counted, the lease given back.
+    assert (row.epoch, row.crash_count, row.lease_owner, row.lease_expires_at) == (1, 0, "", None)
+    assert calls == {"a": 1, "b": 1, "c": 1}

@@ -19,8 +19,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from django_workflows import workflows
-from django_workflows.definition import WorkflowEntrypoint, registry
-from django_workflows.large_values import MARKER, reference_of
+from django_workflows.shared.definition import WorkflowEntrypoint, registry
+from django_workflows.shared.large_values import MARKER, reference_of
 from django_workflows.models import Event, Instance, Step
 from django_workflows.store.retention import purge_finished
 

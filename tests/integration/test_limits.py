@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_workflows import workflows
-from django_workflows.checks import check_workflows
-from django_workflows.definition import WorkflowEntrypoint, registry
-from django_workflows.describe import describe_workflow
+from django_workflows.surfaces.checks import check_workflows
+from django_workflows.shared.definition import WorkflowEntrypoint, registry
+from django_workflows.reading.describe import describe_workflow
 from django_workflows.models import Instance
 from django_workflows.engine.replay import replay
 from django_workflows.store import leases

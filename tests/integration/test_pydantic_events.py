@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.checks import check_workflows
-from django_workflows.definition import registry
+from django_workflows.surfaces.checks import check_workflows
+from django_workflows.shared.definition import registry
 from django_workflows.models import Event
 
 seen: list = []

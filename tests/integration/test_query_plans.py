@@ -30,7 +30,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.authtoken.models import Token
 
-from django_workflows import clock, counts
+from django_workflows.shared import clock, counts
 from django_workflows.store import dispatch, retention
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]

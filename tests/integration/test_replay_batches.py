@@ -7,7 +7,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_workflows import clock, workflows
+from django_workflows import workflows
+from django_workflows.shared import clock
 
 from django_workflows.engine import replay_tasks
 from django_workflows.executors.base import REPLAY_TASK, REPLAYS_TASK
@@ -198,3 +199,31 @@ def test_a_task_spreads_its_replays_over_threads_where_the_database_takes_concur
     assert sorted(threads) == sorted(pks)
     # SQLite takes one writer at a time: there they ran one after another, in this thread.
     assert len(set(threads.values())) == (1 if connection.vendor == "sqlite" else 3)
+
+
+def test_lanes_are_sized_to_the_cores_unless_set(settings, monkeypatch):
+    """4 by default; with REPLAY_THREADS None, two replays in flight per core, shared among the processes of the machine that run replays (a
+    django-q2 cluster's workers; one per core for an executor that does not know); REPLAY_THREADS wins."""
+    import os
+
+    from django_q.conf import Conf
+
+    from django_workflows.surfaces import checks
+    from django_workflows.executors import pop_override, push_override
+    from django_workflows.testing import RecordingExecutor
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    settings.DJANGO_WORKFLOWS = {}
+    assert replay_tasks.lane_count() == 4  # the default: a replay also waits for what its steps call
+    settings.DJANGO_WORKFLOWS = {"REPLAY_THREADS": None}
+    assert checks.check_settings() == []
+    for executor, workers, lanes in [(DjangoQExecutor(), 2, 8), (DjangoQExecutor(), 8, 2),
+                                     (DjangoQExecutor(), 32, 1), (RecordingExecutor(), 2, 2)]:
+        monkeypatch.setattr(Conf, "WORKERS", workers)
+        push_override(executor)
+        try:
+            assert replay_tasks.lane_count() == lanes
+        finally:
+            pop_override()
+    settings.DJANGO_WORKFLOWS = {"REPLAY_THREADS": 3}
+    assert replay_tasks.lane_count() == 3

@@ -21,8 +21,8 @@ from django_workflows import (
     WorkflowEntrypoint,
     workflows,
 )
-from django_workflows.awaiting import RECHECK_SECONDS
-from django_workflows.instance_watch import InstanceWatch
+from django_workflows.client.awaiting import RECHECK_SECONDS
+from django_workflows.shared.instance_watch import InstanceWatch
 from django_workflows.models import Instance
 
 INLINE = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
@@ -130,7 +130,7 @@ def test_the_instance_channel_names_an_instance_as_it_ends_and_as_it_reports_pro
     reporting = workflows.get("reporting").create(params={"parts": 2, "wait": True})
     other = workflows.get("approval").create()
     with InstanceWatch(reporting.pk, "default") as watch, InstanceWatch(other.pk, "default") as elsewhere:
-        assert watch.connection is not None
+        assert watch.listening
         assert watch.wait(0.2) is False
         reporting.send_event(type="go")  # its replay reports progress, then completes
         assert watch.wait(5) is True
@@ -164,6 +164,22 @@ def test_an_async_view_is_told_an_instance_errored_or_is_still_waiting(transacti
                 {"type": "manager-approval", "payload": {"outcome": "approved"}})
     assert sent.status_code == 200, sent.content
     assert sent.json()["output"]["status"] == "approved" and sent.json()["event_id"] > 0
+
+
+def test_acreate_takes_every_option_create_takes(transactional_db, settings):
+    """acreate() passed on only id, params, retention, subject and tags: a priority, a queue, a deadline
+    or a delayed start given to it was a TypeError."""
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.testing.RecordingExecutor"}
+
+    async def create():
+        return await workflows.get("three-steps").acreate(
+            id="with-options", tags={"tier": "pro"}, priority=7, queue="heavy", timeout="1 hour",
+            start_in="5 minutes")
+
+    async_to_sync(create)()
+    row = Instance.objects.get(instance_id="with-options")
+    assert (row.priority, row.queue, row.deadline is not None, row.status) == (7, "heavy", True, "scheduled")
+    assert row.tags.get(key="tier").value == "pro"
 
 
 def test_every_async_twin_does_what_its_method_does(transactional_db, settings):

@@ -228,7 +228,7 @@ def test_an_instance_inserted_without_the_retention_columns_runs_and_follows_the
                                                                                       client_for):
     """During a rolling deploy, workers of the previous release insert instances naming only the columns
     they know; the database fills the retention columns with NULL."""
-    from django_workflows import clock
+    from django_workflows.shared import clock
 
     stamp = connection.ops.adapt_datetimefield_value(clock.now())
     with connection.cursor() as cursor:

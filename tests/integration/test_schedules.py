@@ -16,11 +16,12 @@ from django.core.management.base import CommandError, SystemCheckError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_workflows import WorkflowEntrypoint, checks, workflows
-from django_workflows.definition import registry
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.surfaces import checks
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Schedule
-from django_workflows.options import WorkflowOptions
-from django_workflows.cron import (
+from django_workflows.shared.options import WorkflowOptions
+from django_workflows.shared.cron import (
     MAX_CATCH_UP,
     CronSchedule,
     schedule_key,
@@ -29,8 +30,8 @@ from django_workflows.cron import (
 from django_workflows.store import dispatch
 from django_workflows.store.schedules import Scheduler
 from django_workflows.testing import run_workflows
-from django_workflows.validation import validate_instance_id
-from django_workflows.worker import Worker
+from django_workflows.foundations.validation import validate_instance_id
+from django_workflows.surfaces.worker import Worker
 
 MONDAY = datetime(2026, 3, 2, 7, 30, tzinfo=UTC)  # 08:30 in Paris (CET, +01:00)
 

@@ -12,6 +12,7 @@ import pytest
 from django_workflows import StepContext, WorkflowEntrypoint, workflows
 from django_workflows.errors import InvalidStepInput
 from django_workflows.models import Step
+from django_workflows.shared.definition import registry
 
 ran = Counter()
 seen: list = []
@@ -117,7 +118,7 @@ def test_waits_for_events_do_not_count_toward_the_step_limit(workflows_env):
 
 @pytest.mark.one_flavour("reads a WorkflowEvent built by hand: no workflow runs")
 def test_the_event_reads_as_cloudflare_s_python_sdk_reads_it(workflows_env):
-    from django_workflows.definition import WorkflowEvent
+    from django_workflows.shared.definition import WorkflowEvent
 
     event = WorkflowEvent(payload={"a": 1}, timestamp=None, instance_id="i", workflow_name="w")
     assert event["payload"] == {"a": 1} and event["instanceId"] == "i" and event["workflowName"] == "w"
@@ -175,6 +176,10 @@ def test_sensitive_takes_only_output(workflows_env):
         def run(self, event, step):
             step.do("x", lambda: 1, config={"sensitive": True})
 
-    instance = workflows.get("sdk-sensitive-wrong").create()
-    workflows_env.run_until_idle()
-    assert "sensitive must be 'output', got True" in instance.status()["error"]["message"]
+    try:
+        instance = workflows.get("sdk-sensitive-wrong").create()
+        workflows_env.run_until_idle()
+        assert "sensitive must be 'output', got True" in instance.status()["error"]["message"]
+    finally:
+        # Left registered, the class would be a workflow of every later test (one without its permissions).
+        registry.unregister(Wrong)

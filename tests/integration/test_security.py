@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 import django_workflows
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.definition import registry
+from django_workflows.shared.definition import registry
 from django_workflows.executors.q2 import REPLAY_TASK
 from django_workflows.models import Delivery, Event, Instance, Step
 from django_workflows.webhooks import sign

@@ -17,7 +17,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from django_workflows import workflows
-from django_workflows import checks
+from django_workflows.surfaces import checks
 from django_workflows.models import Event, Instance
 from django_workflows.webhooks import sign
 
@@ -134,12 +134,7 @@ def test_tracebacks_are_shown_to_superusers_only(admin_client, workflows_env):
 
 
 def test_the_example_project_is_safe_by_default(monkeypatch, tmp_path):
-    for name in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "PAYMENT_WEBHOOK_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.syspath_prepend(str(settings_dir()))
-    sys.modules.pop("example_project.settings", None)
-    example = importlib.import_module("example_project.settings")
-    monkeypatch.delitem(sys.modules, "example_project.settings")
+    example = example_settings(monkeypatch)
 
     assert example.DEBUG is False
     assert "*" not in example.ALLOWED_HOSTS
@@ -148,6 +143,43 @@ def test_the_example_project_is_safe_by_default(monkeypatch, tmp_path):
     assert "django.middleware.clickjacking.XFrameOptionsMiddleware" in example.MIDDLEWARE
     secret = example.DJANGO_WORKFLOWS["WEBHOOK_SECRETS"]["payment-race"]
     assert secret != "demo-webhook-secret" and len(secret) == 64
+
+
+def test_processes_starting_at_once_share_one_whole_secret_key(monkeypatch, tmp_path):
+    """The example project makes its key on its first run: processes starting at once (the demo's web
+    server and worker, two test passes) each read the one key kept, never an empty file being written."""
+    import threading
+
+    example = example_settings(monkeypatch)
+
+    for round_ in range(100):
+        monkeypatch.setattr(example, "BASE_DIR", tmp_path / str(round_))
+        (tmp_path / str(round_)).mkdir()
+        start, keys = threading.Barrier(6), []
+
+        def first_run():
+            start.wait()
+            keys.append(example._secret_key())
+
+        threads = [threading.Thread(target=first_run) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(set(keys)) == 1 and len(keys[0]) >= 50, (round_, keys)
+        assert [path.name for path in (tmp_path / str(round_)).iterdir()] == [".secret_key"]
+
+
+def example_settings(monkeypatch):
+    """The example project's settings module, imported afresh with none of its environment variables set,
+    and forgotten again after the test."""
+    for name in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "PAYMENT_WEBHOOK_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.syspath_prepend(str(settings_dir()))
+    sys.modules.pop("example_project.settings", None)
+    example = importlib.import_module("example_project.settings")
+    monkeypatch.delitem(sys.modules, "example_project.settings")
+    return example
 
 
 def settings_dir():

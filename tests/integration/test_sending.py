@@ -17,16 +17,10 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from django_workflows import (
-    EventPermissionRequired,
-    InvalidEventType,
-    NotAWebhook,
-    WebhookOnly,
-    declared_events,
-    validation,
-    workflows,
-)
-from django_workflows.definition import Registry
+from django_workflows import EventPermissionRequired, InvalidEventType, NotAWebhook, WebhookOnly, workflows
+from django_workflows.shared import declared_events
+from django_workflows.foundations import validation
+from django_workflows.shared.definition import Registry
 from django_workflows.models import Event, Instance
 from django_workflows.webhooks import sign
 

@@ -6,9 +6,10 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_workflows import NonRetryableError, WorkflowEntrypoint, lifecycle, signals, workflows
-from django_workflows.definition import WorkflowStepEvent
-from django_workflows.describe import REDACTED
+from django_workflows import NonRetryableError, WorkflowEntrypoint, signals, workflows
+from django_workflows.shared import lifecycle
+from django_workflows.shared.definition import WorkflowStepEvent
+from django_workflows.reading.describe import REDACTED
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.testing import run_workflows
 from tests.testapp.workflows import calls

@@ -261,6 +261,40 @@ def test_a_trigger_racing_a_first_one_not_yet_committed_joins_its_instance(workf
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_trigger_that_waited_for_the_row_past_the_start_makes_a_new_instance(workflows_env):
+    """Once its start time has passed, the instance is starting: a trigger asked for before the start,
+    which waited for the instance's row (another trigger held it) until after it, makes a new instance and
+    queues the one due, as a trigger asked for after the start does, whether or not the wake-up loop has
+    queued it meanwhile; it does not join the instance and put its start off."""
+    first = debounced({"n": 1})
+    held, release = threading.Event(), threading.Event()
+
+    def joining():
+        with transaction.atomic():
+            handle = debounced({"n": 2})  # joins, and holds the row until released
+            held.set()
+            release.wait(10)
+        return handle
+
+    results: list = [None, None]
+    threads = [in_thread(joining, results, 0)]
+    assert held.wait(10)
+    threads.append(in_thread(lambda: debounced({"n": 3}), results, 1))  # asked for now, before the start
+    time.sleep(0.5)  # the third trigger is now waiting for the row
+    assert results[1] is None
+    workflows_env.clock.advance(timedelta(seconds=6))  # past the start the second trigger gave it
+    release.set()
+    for thread in threads:
+        thread.join(20)
+    assert not any(isinstance(result, BaseException) for result in results), results
+    assert results[0] == first and results[0].joined
+    assert results[1] != first and not results[1].joined
+    assert list(Instance.objects.order_by("pk").values_list("params", "status")) == [
+        ({"n": 2}, "queued"), ({"n": 3}, "scheduled")]
+    assert workflows_env.executor.enqueued == [first.pk]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_20_triggers_from_4_connections_at_once_make_one_instance(workflows_env):
     barrier = threading.Barrier(4)
 

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from django_workflows import workflows
 from django_workflows.models import Instance
-from django_workflows.transitions import offered
+from django_workflows.shared.transitions import offered
 
 
 @pytest.fixture

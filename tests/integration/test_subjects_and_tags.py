@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.definition import registry
+from django_workflows.shared.definition import registry
 from django_workflows.errors import InvalidSubject, InvalidTags
 from django_workflows.models import Instance, InstanceTag, Step, StepKind, with_tags
 from django_workflows.store import tags as instance_tags
@@ -180,7 +180,7 @@ def acme_only(user, action):
 
 
 def test_a_tenancy_rule_may_filter_on_tags(workflows_env, deployed, settings, django_user_model):
-    from django_workflows import access
+    from django_workflows.shared import workflow_access as access
 
     workflows.get("bad-tags").create(id="ours", tags={"tenant": "acme", "region": "eu"})
     workflows.get("bad-tags").create(id="theirs", tags={"tenant": "globex", "region": "eu"})

@@ -1,4 +1,4 @@
-"""OpenTelemetry (django_workflows.telemetry): spans and metrics through the SDK's in-memory exporter and
+"""OpenTelemetry (django_workflows.shared.telemetry): spans and metrics through the SDK's in-memory exporter and
 reader, on a real database; and nothing at all without the package."""
 
 import json
@@ -20,7 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from django_workflows import WorkflowEntrypoint, signals, telemetry, workflows
+from django_workflows import WorkflowEntrypoint, signals, workflows
+from django_workflows.shared import telemetry
 from django_workflows.errors import MissingExtra
 from django_workflows.engine.replay import replay
 from django_workflows.testing import run_workflows
@@ -188,6 +189,19 @@ def test_the_metrics_of_steps_retries_replays_and_timers(env, otel):
     assert all(0 <= total < 60 for _, total in durations.values())
 
 
+def test_counting_steps_dispatches_no_signal(env, otel, monkeypatch):
+    """A step is the engine's most frequent report: the metrics count it without the dispatch of
+    step_succeeded, whose receivers' lookup and keyword arguments cost several times the count."""
+    sent = []
+    for signal in (signals.step_succeeded, signals.step_failed):
+        monkeypatch.setattr(signal, "send_robust", lambda sender, _s=signal, **kwargs: sent.append(_s) or [])
+    workflows.get("three-steps").create(id="counted")
+    env.run_until_idle()
+    assert sent == []
+    assert _points(otel, "workflows.steps") == {
+        k({"workflow.name": "three-steps", "workflow.step.kind": "do", "workflow.step.outcome": "succeeded"}): 3}
+
+
 def test_an_errored_instance_and_a_failed_step_are_recorded(env, otel):
     instance = workflows.get("uncaught").create(id="broken")
     env.run_until_idle()
@@ -289,7 +303,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from django_workflows import telemetry, workflows
+from django_workflows import workflows
+from django_workflows.shared import telemetry
 from django_workflows.testing import run_workflows
 assert telemetry.ENABLED  # installed by the app's ready(), on the global providers
 exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
@@ -320,7 +335,8 @@ import sys
 sys.modules["opentelemetry"] = None  # import opentelemetry raises ImportError, as if not installed
 import django
 django.setup()
-from django_workflows import telemetry, workflows
+from django_workflows import workflows
+from django_workflows.shared import telemetry
 from django_workflows.testing import run_workflows
 with run_workflows() as env:
     instance = workflows.get("three-steps").create(id="no-otel")
@@ -335,7 +351,7 @@ print(json.dumps({"status": status, "available": telemetry.AVAILABLE, "enabled":
 
 
 def test_a_setting_that_is_not_none_or_a_bool_is_reported(settings):
-    from django_workflows.checks import check_settings
+    from django_workflows.surfaces.checks import check_settings
 
     settings.DJANGO_WORKFLOWS = {"OPENTELEMETRY": "yes"}
     assert [message.id for message in check_settings()] == ["django_workflows.E025"]

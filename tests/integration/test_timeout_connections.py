@@ -17,7 +17,7 @@ from django.db import InterfaceError, close_old_connections, connection, transac
 from django.db.models import F
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.definition import registry
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Step
 from django_workflows.engine.replay import replay
 from django_workflows.testing import run_workflows

@@ -12,8 +12,8 @@ from collections import Counter
 import pytest
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.control_flow import AttemptTimedOut
-from django_workflows.definition import registry
+from django_workflows.foundations.control_flow import AttemptTimedOut
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Step
 from django_workflows.testing import run_workflows
 from tests.interruptions import disarmed_on_exit, held_at, interruptions_within, watches_left_armed

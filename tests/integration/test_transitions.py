@@ -9,7 +9,7 @@ from django_workflows import workflows
 from django_workflows.api.serializers import StatusChangeSerializer
 from django_workflows.errors import InvalidTransition
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.transitions import TRANSITIONS, offered
+from django_workflows.shared.transitions import TRANSITIONS, offered
 
 
 def _instance_in(status):

@@ -7,8 +7,9 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 
-from django_workflows import WorkflowEntrypoint, checks, workflows
-from django_workflows.definition import registry
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.surfaces import checks
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance
 from django_workflows.engine.replay import replay
 
@@ -125,7 +126,7 @@ def test_an_instance_inserted_by_the_previous_release_without_the_newer_columns_
     they know: every column added since has a database default (terminating, 0010), not only Django's."""
     from django.db import connection
 
-    from django_workflows import clock
+    from django_workflows.shared import clock
 
     stamp = connection.ops.adapt_datetimefield_value(clock.now())
     with connection.cursor() as cursor:

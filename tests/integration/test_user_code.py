@@ -11,8 +11,9 @@ import pytest
 from django.core.management import call_command
 from django.db import transaction
 
-from django_workflows import WorkflowEntrypoint, checks, workflows
-from django_workflows.definition import registry
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.surfaces import checks
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Step
 
 calls: Counter = Counter()

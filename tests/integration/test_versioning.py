@@ -16,8 +16,9 @@ from django.db import connection
 from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
-from django_workflows import WorkflowEntrypoint, checks, workflows
-from django_workflows.definition import registry
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.surfaces import checks
+from django_workflows.shared.definition import registry
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.models import Instance, Step, StepKind
 from django_workflows.testing import verify_journal

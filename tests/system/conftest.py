@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -25,6 +26,26 @@ def start_worker(tmp_path, request):
     if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
         for worker in started:
             print(f"--- {worker.log_path.name}\n{worker.output()}")
+
+
+@pytest.fixture
+def start_on(settings, start_worker):
+    """``start_on(executor, replaying_args)``: a ``start(command, **kwargs)`` that starts
+    ``workflows_worker --no-cluster`` (``start("workflows_worker")``) or a process of the executor's own that
+    runs the replays (any other command: ``db_worker``, ``celery``), with ``replaying_args(name)`` as its
+    arguments; each on the ``executor`` settings (``DJANGO_WORKFLOWS``), as this process is from then on."""
+
+    def on(executor: dict, replaying_args: Callable[[str], list[str]]) -> Callable[..., WorkerProcess]:
+        settings.DJANGO_WORKFLOWS = executor
+
+        def start(command: str, **kwargs) -> WorkerProcess:
+            extra_args = (["--no-cluster"] if command == "workflows_worker"
+                          else replaying_args(kwargs.get("name", command)))
+            return start_worker(command=command, settings=executor, extra_args=extra_args, **kwargs)
+
+        return start
+
+    return on
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_workflows import workflows
-from django_workflows.drawing.time_axis import human_milliseconds
+from django_workflows.reading.drawing.time_axis import human_milliseconds
 from django_workflows.models import Event, Instance
 
 # CI's Django 6 pass runs this file: the admin's templates, forms and scripts are the running Django's.

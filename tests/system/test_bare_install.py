@@ -78,7 +78,8 @@ import json
 import django
 
 django.setup()
-from django_workflows import WorkflowEntrypoint, checks
+from django_workflows import WorkflowEntrypoint
+from django_workflows.surfaces import checks
 
 type("Nightly", (WorkflowEntrypoint,), {"schedules": ["0 3 * * *"], "run": lambda self, event, step: None})
 messages = [m for m in checks.check_workflows() if m.id.startswith("django_workflows.E02")]

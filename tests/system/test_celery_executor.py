@@ -14,9 +14,9 @@ import pytest
 from django_workflows import workflows
 from django_workflows.executors import get_executor
 from django_workflows.models import Instance
-from django_workflows.processes import EXITED, STATE, descendants, stat_fields
+from django_workflows.shared.processes import EXITED, STATE, descendants, stat_fields
 from tests.testapp.models import ReplayAudit, SideEffect
-from tests.workers import assert_naps_resume_on_time, wait_for, wait_status
+from tests.workers import assert_naps_resume_on_time, complete_quick, create_crashable, wait_for, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,27 +37,19 @@ def broker(request):
 
 
 @pytest.fixture
-def start(settings, start_worker, broker):
+def start(start_on, broker):
     """Start ``workflows_worker --no-cluster`` (``start("workflows_worker")``) or a Celery worker
     (``start("celery")``) of two pool processes consuming this test's queue, both on the Celery executor,
     as is this process."""
     app, queue = broker
-    executor = {"EXECUTOR": "django_workflows.executors.celery.CeleryExecutor",
-                "EXECUTOR_OPTIONS": {"app": app, "queue": queue}}
-    settings.DJANGO_WORKFLOWS = executor
 
-    def start(command: str, **kwargs):
-        if command == "workflows_worker":
-            extra_args = ["--no-cluster"]
-        else:
-            name = kwargs.get("name", "celery")
-            extra_args = ["-A", app.replace("tests.celery_app.", "tests.celery_app:"), "worker",
-                          "--queues", queue, "--hostname", f"{name}-{queue}@%h", "--pool", "prefork",
-                          "--concurrency", "2", "--loglevel", "INFO",
-                          "--without-gossip", "--without-mingle", "--without-heartbeat"]
-        return start_worker(command=command, settings=executor, extra_args=extra_args, **kwargs)
+    def celery_worker(name: str) -> list[str]:
+        return ["-A", app.replace("tests.celery_app.", "tests.celery_app:"), "worker", "--queues", queue,
+                "--hostname", f"{name}-{queue}@%h", "--pool", "prefork", "--concurrency", "2", "--loglevel", "INFO",
+                "--without-gossip", "--without-mingle", "--without-heartbeat"]
 
-    return start
+    return start_on({"EXECUTOR": "django_workflows.executors.celery.CeleryExecutor",
+                     "EXECUTOR_OPTIONS": {"app": app, "queue": queue}}, celery_worker)
 
 
 def pool_processes(worker) -> set[int]:
@@ -76,9 +68,7 @@ def running(pid: int) -> bool:
 def test_the_celery_worker_runs_the_replays(start):
     start("workflows_worker")
     celery = start("celery")
-    instances = [workflows.get("quick").create(id=f"quick-{n}") for n in range(5)]
-    for instance in instances:
-        wait_status(instance, "complete", 60)
+    instances = complete_quick(5, 60)
     # The replays ran in the worker's pool processes, once each.
     assert set(ReplayAudit.objects.values_list("pid", flat=True)) <= pool_processes(celery)
     assert sorted(ReplayAudit.objects.values_list("instance_pk", flat=True)) == sorted(i.pk for i in instances)
@@ -97,9 +87,7 @@ def test_a_sleep_resumes_within_a_second_and_a_half_of_its_wake_time(start):
 def test_sigkill_of_the_celery_worker_mid_step_resumes_the_instance(start, tmp_path):
     start("workflows_worker")
     celery = start("celery", name="celery-killed")
-    marker = tmp_path / "victim.pid"
-    instance = workflows.get("crashable").create(id="crash-1", params={"marker": str(marker)})
-    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 60, message="the victim step to start"))
+    instance, pid = create_crashable(tmp_path, "crash-1", 60)
     # The step runs in a pool process of the worker. The worker and its pool die together, as when a
     # container or a machine is killed.
     assert pid in pool_processes(celery)
@@ -118,9 +106,7 @@ def test_sigkill_of_the_celery_worker_mid_step_resumes_the_instance(start, tmp_p
 def test_sigkill_of_a_pool_process_mid_step_resumes_the_instance_on_the_same_worker(start, tmp_path):
     start("workflows_worker")
     celery = start("celery")
-    marker = tmp_path / "victim.pid"
-    instance = workflows.get("crashable").create(id="crash-2", params={"marker": str(marker)})
-    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 60, message="the victim step to start"))
+    instance, pid = create_crashable(tmp_path, "crash-2", 60)
     assert pid in pool_processes(celery)
     # The OOM killer's way: one pool process dies, its worker lives on and starts another in its place.
     os.kill(pid, signal.SIGKILL)

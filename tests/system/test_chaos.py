@@ -41,7 +41,8 @@ from pathlib import Path
 import pytest
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
-from django_workflows import processes, workflows
+from django_workflows import workflows
+from django_workflows.shared import processes
 from django_workflows.models import Event, Instance, Step, StepKind, WorkerHeartbeat
 from tests.testapp.chaos import (
     EVENT_TYPE,

@@ -25,8 +25,9 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from django_workflows import WorkflowEntrypoint, clock, workflows
-from django_workflows.definition import registry
+from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows.shared import clock
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Step
 from django_workflows.engine.replay import replay
 from django_workflows.store import lease_keeper

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from examples.workflows import OrderFulfilment
 
-from django_workflows import processes
+from django_workflows.shared import processes
+from tests.workers import as_a_terminal_starts_it
 
 # CI's Django 6 pass runs this file: the demo is the running Django's migrate and runserver, and signals.
 pytestmark = [pytest.mark.django_version, pytest.mark.own_project]
@@ -100,7 +101,7 @@ class Demo:
         self.process = subprocess.Popen(
             [*prefix, sys.executable, "manage.py", "demo", "--port", str(port), *args], cwd=EXAMPLE_PROJECT,
             env=demo_env(database), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, text=True,
+            stderr=subprocess.STDOUT, start_new_session=True, text=True, preexec_fn=as_a_terminal_starts_it,
         )
         self.lines: list[str] = []
         self.seen: dict[int, str] = {}

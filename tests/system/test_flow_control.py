@@ -7,7 +7,7 @@ import time
 import pytest
 
 from django_workflows import workflows
-from django_workflows.models import Instance
+from django_workflows.models import Instance, Step
 from tests.system.test_limits import _most_at_once
 from tests.testapp.models import ReplayAudit
 from tests.workers import wait_for
@@ -66,3 +66,22 @@ def test_a_worker_serving_the_heavy_queue_never_runs_a_default_instance(start_wo
     start_worker(workers=2, name="both", extra_args=["--queues", "heavy,default"])
     wait_for(lambda: Instance.objects.filter(pk__in=[h.pk for h in untouched], status="complete").count() == 6, 60,
              message="the default queue's instances to complete")
+
+
+def test_an_instance_its_keys_limit_holds_back_ends_at_its_deadline_while_the_slot_stays_taken(start_worker):
+    # The worker learns of the held instance's wake time (its deadline) as it learns of any other: PostgreSQL's
+    # trigger notifies its wake-up loop, SQLite's log changes under its watch.
+    busy = workflows.get("per-customer").create(params={"customer_id": "acme", "seconds": 20})
+    worker = start_worker(workers=2, name="held-back")
+    wait_for(lambda: Instance.objects.filter(pk=busy.pk, status="running").exists(), 60,
+             message="the first instance to take acme's one slot")
+    held = workflows.get("per-customer").create(params={"customer_id": "acme"}, timeout="2 seconds")
+    wait_for(lambda: Instance.objects.filter(pk=held.pk, status="errored").exists(), 60,
+             message="the held instance to reach its deadline")
+    # Its end did not wait for the slot: the first instance still holds it.
+    assert Instance.objects.get(pk=busy.pk).status == "running"
+    assert held.status()["error"]["name"] == "WorkflowTimeoutError"
+    assert not Step.objects.filter(instance_id=held.pk).exists()
+    busy.terminate()
+    # Stopped gracefully, the worker would first finish the busy instance's 20-second step.
+    worker.kill_all()

@@ -258,4 +258,4 @@ def test_django_q_listed_first_still_gets_the_default_and_a_check_says_to_reorde
     conf = project.manage("shell", "-c", "from django_q.conf import Conf; "
                           "print(Conf.ORM, Conf.BROKER_CLASS, Conf.TIMEOUT, Conf.RETRY, Conf.ACK_FAILURES)",
                           settings="mysite.settings_q_first")
-    assert conf.stdout.split()[-5:] == ["default", "django_workflows.broker.ORMBroker", "900", "960", "True"]
+    assert conf.stdout.split()[-5:] == ["default", "django_workflows.executors.broker.ORMBroker", "900", "960", "True"]

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_workflows import clock
+from django_workflows.shared import clock
 from django_workflows.models import Instance, Step
 from tests.testapp.models import ReplayAudit
 from tests.workers import wait_for

@@ -14,8 +14,9 @@ from datetime import timedelta
 
 import pytest
 
-from django_workflows import clock, processes, workflows
-from django_workflows.control_flow import Fenced
+from django_workflows import workflows
+from django_workflows.shared import clock, processes
+from django_workflows.foundations.control_flow import Fenced
 from django_workflows.models import Instance, WorkerHeartbeat
 from django_workflows.store import holders
 from django_workflows.store.dispatch import reclaim_dead_leases

@@ -14,7 +14,7 @@ from django_workflows import workflows
 from django_workflows.executors import get_executor
 from django_workflows.models import Instance
 from tests.testapp.models import ReplayAudit, SideEffect
-from tests.workers import assert_naps_resume_on_time, wait_for, wait_status
+from tests.workers import assert_naps_resume_on_time, complete_quick, create_crashable, wait_for, wait_status
 
 # CI's Django 6 pass runs this file: Django 6 builds the tasks framework in (django.tasks), Django 5.2 has
 # the django-tasks backport.
@@ -27,24 +27,16 @@ DB_WORKER_ARGS = ["--backend", "workflows", "--queue-name", "workflows", "--inte
 
 
 @pytest.fixture
-def start(settings, start_worker):
+def start(start_on):
     """Start ``workflows_worker --no-cluster`` (``start("workflows_worker")``) or a ``db_worker``, both on
     the tasks executor, as is this process."""
-    settings.DJANGO_WORKFLOWS = TASKS_EXECUTOR
-
-    def start(command: str, **kwargs):
-        extra_args = ["--no-cluster"] if command == "workflows_worker" else DB_WORKER_ARGS
-        return start_worker(command=command, settings=TASKS_EXECUTOR, extra_args=extra_args, **kwargs)
-
-    return start
+    return start_on(TASKS_EXECUTOR, lambda name: DB_WORKER_ARGS)
 
 
 def test_db_worker_runs_the_replays(start):
     start("workflows_worker")
     db_worker = start("db_worker")
-    instances = [workflows.get("quick").create(id=f"quick-{n}") for n in range(5)]
-    for instance in instances:
-        wait_status(instance, "complete", 30)
+    instances = complete_quick(5, 30)
     assert set(ReplayAudit.objects.values_list("pid", flat=True)) == {db_worker.pid}
     tasks = DBTaskResult.objects.all()
     assert sorted(task.args_kwargs["args"][0] for task in tasks) == sorted(i.pk for i in instances)
@@ -64,9 +56,7 @@ def test_a_sleep_resumes_within_a_second_and_a_half_of_its_wake_time(start):
 def test_sigkill_of_the_db_worker_mid_step_resumes_the_instance(start, tmp_path):
     start("workflows_worker")
     db_worker = start("db_worker", name="db-worker-killed")
-    marker = tmp_path / "victim.pid"
-    instance = workflows.get("crashable").create(id="crash-1", params={"marker": str(marker)})
-    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step to start"))
+    instance, pid = create_crashable(tmp_path, "crash-1", 30)
     # db_worker runs its tasks in its own process: the step dies with the worker.
     assert pid == db_worker.pid
     os.kill(pid, signal.SIGKILL)

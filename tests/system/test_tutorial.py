@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from tests.system.test_admin_browser import CHROMIUM_ARGS, SCREENSHOTS, chromium  # noqa: F401  (the fixture)
-from tests.workers import stop_process_group
+from tests.workers import as_a_terminal_starts_it, stop_process_group
 
 # It makes a project of its own, on SQLite, whatever the suite's database.
 pytestmark = pytest.mark.own_project
@@ -119,7 +119,7 @@ class Shell:
                 line = f"{line} 127.0.0.1:{port} --noreload"
             process = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=self.cwd, env=self.env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                       start_new_session=True)
+                                       start_new_session=True, preexec_fn=as_a_terminal_starts_it)
             self.started.append((line, process))
             return
         result = subprocess.run(["bash", "-c", line], cwd=self.cwd, env=self.env, capture_output=True,

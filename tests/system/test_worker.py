@@ -10,10 +10,11 @@ from statistics import median
 import pytest
 from django.db import connection
 
-from django_workflows import processes, workflows
+from django_workflows import workflows
+from django_workflows.shared import processes
 from django_workflows.models import Event, Instance, Step, WorkerHeartbeat
 from tests.testapp.models import ReplayAudit, SideEffect
-from tests.workers import assert_naps_resume_on_time, wait_for, wait_status
+from tests.workers import assert_naps_resume_on_time, create_crashable, wait_for, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,9 +52,7 @@ def test_sigkill_of_a_worker_process_mid_step(start_worker, tmp_path, broker, re
     if broker == "redis":
         request.getfixturevalue("redis_broker")
     worker = start_worker(broker=broker)
-    marker = tmp_path / "victim.pid"
-    instance = workflows.get("crashable").create(id="crash-1", params={"marker": str(marker)})
-    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the victim step to start"))
+    instance, pid = create_crashable(tmp_path, "crash-1", 30)
     assert pid != worker.pid
     os.kill(pid, signal.SIGKILL)
     wait_status(instance, "complete", 40)
@@ -178,7 +177,10 @@ def test_a_poison_instance_is_parked(start_worker):
 
 
 def test_the_worker_restarts_a_wedged_cluster(start_worker):
-    worker = start_worker()
+    # SQLite's own default wait for the write lock, as in a project's settings, not the suite's longer one:
+    # the freeze may land while a cluster process holds the lock (claiming a task, answering a probe), and
+    # each of the worker's writes then waits that long before it fails, as the next test shows.
+    worker = start_worker(env={"TEST_SQLITE_TIMEOUT": "5"})
     wait_for(lambda: WorkerHeartbeat.objects.exists(), 20, message="a heartbeat")
 
     def cluster_processes():
@@ -260,8 +262,8 @@ def test_the_cluster_dies_with_its_sentinel_and_its_command(start_worker):
 
 
 def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypatch, settings):
-    from django_workflows import cluster
-    from django_workflows import worker as worker_module
+    from django_workflows.surfaces import cluster
+    from django_workflows.surfaces import worker as worker_module
 
     starts = []
 
@@ -327,7 +329,7 @@ def test_a_long_retention_sweep_runs_beside_the_wake_up_loop(workflows_env, sett
     from django.db import connections
     from django.db.backends.signals import connection_created
 
-    from django_workflows import worker as worker_module
+    from django_workflows.surfaces import worker as worker_module
 
     settings.DJANGO_WORKFLOWS = {"RETENTION_DAYS": 30, "RETENTION_BATCH": 2, "SWEEP_INTERVAL": 0.1,
                                  "WAKE_INTERVAL": 0.1, "IDLE_RECHECK_SECONDS": 0.1}
@@ -401,9 +403,7 @@ def test_a_long_retention_sweep_runs_beside_the_wake_up_loop(workflows_env, sett
 
 def test_a_child_sigkilled_mid_step_still_delivers_its_result_to_its_parent(start_worker, tmp_path):
     worker = start_worker()
-    marker = tmp_path / "victim.pid"
-    parent = workflows.get("kid-parent").create(id="parent-1", params={"marker": str(marker)})
-    pid = int(wait_for(lambda: marker.exists() and marker.read_text(), 30, message="the child's step to start"))
+    parent, pid = create_crashable(tmp_path, "parent-1", 30, workflow="kid-parent")
     assert pid != worker.pid
     os.kill(pid, signal.SIGKILL)
     wait_status(parent, "complete", 60)

@@ -10,7 +10,7 @@ and tests/system/test_tenancy_browser.py (the admin in Chromium).
 from django.contrib.auth.models import Group, Permission, User
 from django.db.models import Q
 
-from django_workflows import access
+from django_workflows.shared import workflow_access as access
 
 TENANTS = ("a", "b")
 WORKFLOWS = {"a": ("approval",), "b": ("approval", "refund")}

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 
-from django_workflows import NonRetryableError, WorkflowEntrypoint, WorkflowTimeoutError, clock
+from django_workflows import NonRetryableError, WorkflowEntrypoint, WorkflowTimeoutError
+from django_workflows.shared import clock
 from tests.testapp.workflows import calls
 
 

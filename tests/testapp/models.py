@@ -1,4 +1,4 @@
-from django.db import models
+from django.db import models, transaction
 from django.db.models import F
 
 
@@ -14,9 +14,12 @@ class SideEffect(models.Model):
 
     @classmethod
     def bump(cls, name: str) -> int:
-        cls.objects.get_or_create(name=name)
-        cls.objects.filter(name=name).update(count=F("count") + 1)
-        return cls.objects.get(name=name).count
+        # One transaction, so another connection never sees the name with its count still 0: a test
+        # that waits for a body to have run, then kills its process, must not see it half-counted.
+        with transaction.atomic():
+            cls.objects.get_or_create(name=name)
+            cls.objects.filter(name=name).update(count=F("count") + 1)
+            return cls.objects.get(name=name).count
 
     @classmethod
     def counts(cls) -> dict:

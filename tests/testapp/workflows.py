@@ -27,6 +27,27 @@ class ThreeSteps(WorkflowEntrypoint):
         return {"sum": sum(c), "b": result, "params": event.payload}
 
 
+class ReturnsItsLastStep(WorkflowEntrypoint):
+    """Three steps, run() returning the last one's result: nothing of its own runs after it."""
+
+    def run(self, event, step):
+        a = step.do("a", lambda: calls.update(["a"]) or 1)
+        b = step.do("b", lambda: calls.update(["b"]) or a + 1)
+        return step.do("c", lambda: calls.update(["c"]) or a + b)
+
+
+class LooksAfterItsLastStep(WorkflowEntrypoint):
+    """Reads, after its last step, whether that step's row is in the journal already."""
+
+    def run(self, event, step):
+        step.do("a", lambda: 1)
+        last = step.do("b", lambda: 2)
+        from django_workflows.models import Step
+
+        return {"b": last, "journaled": list(Step.objects.filter(instance__instance_id=event.instance_id)
+                                             .values_list("key", flat=True).order_by("id"))}
+
+
 class Flaky(WorkflowEntrypoint):
     """Fails ``failures`` times, then succeeds; retries as ``config`` says."""
 

@@ -2,15 +2,17 @@
 
 import ast
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_workflows import WorkflowEntrypoint, checks
-from django_workflows.definition import registry
-from django_workflows.options import WorkflowOptions
+from django_workflows import WorkflowEntrypoint
+from django_workflows.surfaces import checks
+from django_workflows.shared.definition import registry
+from django_workflows.shared.options import WorkflowOptions
 
 
 def ids(messages):
@@ -41,7 +43,7 @@ def test_e002_executor_that_cannot_be_imported():
 
 
 def test_e015_executor_that_is_not_a_base_executor():
-    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "django_workflows.conf.WorkflowSettings"}):
+    with override_settings(DJANGO_WORKFLOWS={"EXECUTOR": "django_workflows.foundations.conf.WorkflowSettings"}):
         assert ids(checks.check_settings()) == ["django_workflows.E015"]
 
 
@@ -293,7 +295,9 @@ def test_celery_settings_the_executor_cannot_honour(settings, monkeypatch, setti
     assert "'tests.celery_app.memory_app'" in message.msg and said in message.msg
 
 
-CHECK_SOURCES = ["checks.py", "executors/q2.py", "executors/tasks.py", "executors/celery.py"]
+# The modules that define checks, by dotted path: their source is read, not imported.
+CHECK_SOURCES = ["django_workflows.surfaces.checks", "django_workflows.executors.q2", "django_workflows.executors.tasks",
+                 "django_workflows.executors.celery"]
 
 
 def _message_text(node) -> str:
@@ -320,10 +324,9 @@ def check_ids_in_source(source: str) -> dict[str, set[str]]:
 
 
 def test_each_check_id_names_one_problem():
-    package = Path(checks.__file__).parent
     found: dict[str, set[str]] = {}
     for name in CHECK_SOURCES:
-        for id_, texts in check_ids_in_source((package / name).read_text()).items():
+        for id_, texts in check_ids_in_source(Path(find_spec(name).origin).read_text()).items():
             assert id_ not in found, f"{id_} is used in more than one module"
             found[id_] = texts
     assert len(found) > 20 and all(id_.startswith("django_workflows.") for id_ in found)

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_workflows import deadlines, families
-from django_workflows.control_flow import ContinueAsNew, Suspend, Terminating
+from django_workflows.shared import deadlines, families
+from django_workflows.foundations.control_flow import ContinueAsNew, Suspend, Terminating
 from django_workflows.engine.replay_outcome import Ending, decide
 from django_workflows.errors import InvalidParams, NonDeterminismError
-from django_workflows.validation import INSTANCE_ID_PATTERN, MAX_INSTANCE_ID, validate_existing_instance_id
+from django_workflows.foundations.validation import INSTANCE_ID_PATTERN, MAX_INSTANCE_ID, validate_existing_instance_id
 
 NOON = datetime(2026, 3, 2, 12, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""What a declared result type makes of a value (django_workflows.declared_types), and what it refuses."""
+"""What a declared result type makes of a value (django_workflows.shared.declared_types), and what it refuses."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from uuid import UUID
 
 import pytest
 
-from django_workflows.declared_types import DeclaredTypeMismatch, convert, is_declarable, return_annotation
+from django_workflows.shared.declared_types import DeclaredTypeMismatch, convert, is_declarable, return_annotation
 
 
 class Size(enum.Enum):

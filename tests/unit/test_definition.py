@@ -8,9 +8,9 @@ import pytest
 from django.test import override_settings
 
 from django_workflows import WorkflowEntrypoint, workflows
-from django_workflows.conf import workflow_settings
-from django_workflows.definition import kebab_case, registry
-from django_workflows.durations import parse_duration
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.shared.definition import kebab_case, registry
+from django_workflows.shared.durations import parse_duration
 from django_workflows.errors import InvalidStepInput, NonRetryableError, WorkflowError, WorkflowTimeoutError
 from django_workflows.engine.policy import StepPolicy
 
@@ -151,7 +151,7 @@ def test_the_executor_follows_settings():
 
 
 def test_an_error_journaled_under_a_class_the_package_moved_is_rebuilt_as_that_class():
-    from django_workflows.error_journal import StepFailed, describe_error, rebuild_error
+    from django_workflows.shared.error_journal import StepFailed, describe_error, rebuild_error
 
     before_the_move = {"name": "StepFailed", "message": "card declined",
                        "type": "django_workflows.engine:StepFailed"}

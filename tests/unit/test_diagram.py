@@ -5,9 +5,9 @@ from xml.etree import ElementTree
 import pytest
 
 from django_workflows import WorkflowEntrypoint
-from django_workflows.drawing.diagram import render_diagram
+from django_workflows.reading.drawing.diagram import render_diagram
 from django_workflows.errors import WorkflowNotFound
-from django_workflows.outline import Branch, Exit, Loop, Step, Try, diagram_for, parse_workflow_class
+from django_workflows.reading.outline import Branch, Exit, Loop, Step, Try, diagram_for, parse_workflow_class
 
 
 def shape(nodes):
@@ -147,7 +147,7 @@ def test_steps_inside_helpers_passed_as_functions_are_not_steps_of_run():
 
 
 def test_every_workflow_of_the_test_app_parses():
-    from django_workflows.definition import registry
+    from django_workflows.shared.definition import registry
 
     names = [cls.name for cls in registry.all() if cls.__module__ == "tests.testapp.workflows"]
     assert len(names) > 20

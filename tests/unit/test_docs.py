@@ -26,7 +26,7 @@ def test_every_page_of_the_site_is_linked_from_the_readme():
 
 
 def test_the_settings_page_gives_every_setting_with_its_default():
-    from django_workflows.conf import DEFAULTS
+    from django_workflows.foundations.conf import DEFAULTS
 
     page = (REPOSITORY / "docs" / "reference" / "settings.md").read_text()
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| [^|]+ \| ([^|]+) \|", page, re.M))

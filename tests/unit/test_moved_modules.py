@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from django_workflows.error_journal import rebuild_error
+from django_workflows.shared.error_journal import rebuild_error
 from django_workflows.moved_modules import MOVED_MODULES
 
 
@@ -46,3 +46,19 @@ def test_nothing_remains_at_an_old_path_on_disk():
 
     for old in MOVED_MODULES:
         assert not os.path.exists(os.path.join(root, *old.split(".")[1:]) + ".py"), old
+
+
+def test_a_path_by_an_old_module_is_read_as_today_s():
+    from django_workflows.moved_modules import current
+
+    assert current("django_workflows.tasks.run_replay") == "django_workflows.engine.replay_tasks.run_replay"
+    assert current("django_workflows.replay") == "django_workflows.engine.replay"
+    # A module whose name an old one begins with is not that module.
+    assert current("django_workflows.replay_costs_x") == "django_workflows.replay_costs_x"
+    assert current("django_workflows.models.Instance") == "django_workflows.models.Instance"
+
+
+@pytest.mark.parametrize("module", __import__("django_workflows").PUBLIC_MODULES)
+def test_a_public_module_imports_without_a_warning(module):
+    # Under the suite's warnings-as-errors, a DeprecationWarning would fail the import.
+    assert importlib.import_module(module).__name__ == module

@@ -6,11 +6,12 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
-from django_workflows import WorkflowEntrypoint, checks
-from django_workflows.conf import HARD_STEP_LIMIT
-from django_workflows.definition import registry
+from django_workflows import WorkflowEntrypoint
+from django_workflows.surfaces import checks
+from django_workflows.foundations.conf import HARD_STEP_LIMIT
+from django_workflows.shared.definition import registry
 from django_workflows.errors import WorkflowConfigError
-from django_workflows.options import WorkflowOptions, limited
+from django_workflows.shared.options import WorkflowOptions, limited
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ def _problems(cls):
 
 
 def test_keyed_limits_are_read_with_their_key(define):
-    from django_workflows.limits import LimitKey
+    from django_workflows.shared.limits import LimitKey
 
     cls = define("Keyed", concurrency={"limit": 2, "key": "params.customer.id"},
                  rate_limit={"limit": "5/minute", "key": "params.customer.id"})

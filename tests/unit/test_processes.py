@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from django_workflows import processes
+from django_workflows.shared import processes
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads Linux's /proc")
 

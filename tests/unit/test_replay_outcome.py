@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from django_workflows.control_flow import Suspend, Terminating
+from django_workflows.foundations.control_flow import Suspend, Terminating
 from django_workflows.errors import NonDeterminismError
 from django_workflows.engine.replay_outcome import Ending, decide
 

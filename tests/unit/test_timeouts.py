@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from django_workflows.engine import timeouts
-from django_workflows.control_flow import AttemptTimedOut
+from django_workflows.foundations.control_flow import AttemptTimedOut
 from django_workflows.engine.timeouts import Watchdog, call_with_timeout, watchdog
 from tests.interruptions import disarmed_on_exit, held_at, interruptions_within, watches_left_armed
 
@@ -215,7 +215,7 @@ def test_a_process_whose_attempt_swallowed_its_interruption_can_still_be_profile
 
     script = (
         "import sys, time\n"
-        "from django_workflows.control_flow import AttemptTimedOut\n"
+        "from django_workflows.foundations.control_flow import AttemptTimedOut\n"
         "from django_workflows.engine.timeouts import call_with_timeout\n"
         "def swallows():\n"
         "    try:\n"

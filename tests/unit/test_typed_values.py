@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 from django.test import override_settings
 
-from django_workflows.checks import check_serializer
-from django_workflows.serialization import encode, is_plain, read
+from django_workflows.surfaces.checks import check_serializer
+from django_workflows.shared.serialization import encode, is_plain, read
 from django_workflows.typed_values import TaggedSerializer
 
 

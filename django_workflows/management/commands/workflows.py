@@ -9,8 +9,12 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import access, audit, bulk_steering, cli, clock, declared_events, sending, subjects, workflows
-from django_workflows.describe import (
+from django_workflows import workflows
+from django_workflows.shared import audit, clock, declared_events, workflow_access as access
+from django_workflows.surfaces import bulk_steering, cli
+from django_workflows.client import sending
+from django_workflows.foundations import subjects
+from django_workflows.reading.describe import (
     as_numbers,
     describe_instance,
     describe_schedules,
@@ -20,8 +24,8 @@ from django_workflows.describe import (
 )
 from django_workflows.errors import InstanceNotFound, InvalidTags, WorkflowError
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.tags import parse_tag_filter
-from django_workflows.transitions import TRANSITIONS
+from django_workflows.foundations.tag_rules import parse_tag_filter
+from django_workflows.shared.transitions import TRANSITIONS
 
 AS_USER = ("Act as this Django user: only the instances they may see and steer (their permissions, and the "
            "project's INSTANCE_ACCESS rule). Without it, the account that runs the command sees everything.")

@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from django_workflows.worker import health
+from django_workflows.surfaces.worker import health
 
 
 class Command(BaseCommand):

@@ -1,8 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from django_workflows import routing
+from django_workflows.shared import routing
 from django_workflows.errors import MissingExtra, WorkflowConfigError, require_extra
-from django_workflows.worker import Worker
+from django_workflows.surfaces.worker import Worker
 
 
 class Command(BaseCommand):

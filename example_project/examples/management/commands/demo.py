@@ -30,8 +30,8 @@ from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
 from django_workflows import workflows
-from django_workflows.conf import workflow_settings
-from django_workflows.definition import registry
+from django_workflows.foundations.conf import workflow_settings
+from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, WorkerHeartbeat
 
 # What each example instance should end as (for --exit-when-settled).

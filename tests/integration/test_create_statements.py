@@ -1,0 +1,58 @@
+"""What one 3-step workflow costs through ``create()`` on the inline executor, counted as the database
+sees it: the INSERT that takes the replay's lease, three fenced journal rows, and the release that
+completes the instance, in four commits (the last step's row commits with the end, run() returning
+straight after it); and that a step's row is still written before any more of run()'s code runs."""
+
+from collections import Counter
+
+import pytest
+from benchmarks import statements
+from django_workflows import executors, workflows
+from django_workflows.models import Instance, Step
+from tests.testapp.workflows import calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def inline_executor(settings):
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+    executors.reset()
+    yield
+    executors.reset()
+
+
+def _count(run):
+    """Call ``run()``; return (statements by verb, commits), counted as the benchmark's report counts
+    them: the connection's own commits, and every write made in autocommit."""
+    counted = statements.count(run)
+    return Counter(counted["by_verb"]), counted["commits"]
+
+
+def _others():
+    """The instances a count would meet: a queued one of higher priority is taken first (and costs the
+    lease's UPDATE)."""
+    return list(Instance.objects.values_list("workflow_name", "instance_id", "status", "queue", "priority"))
+
+
+def test_a_3_step_workflow_through_create_is_five_writes_in_four_commits():
+    assert _others() == []
+    workflows.get("returns-its-last-step").create(id="warm-up")  # the clock's first reading, if any
+    verbs, commits = _count(lambda: workflows.get("returns-its-last-step").create(id="counted"))
+    instance = Instance.objects.get(instance_id="counted")
+    assert instance.status == "complete" and instance.lease_owner == "" and instance.epoch == 1
+    assert Step.objects.filter(instance=instance, status="succeeded").count() == 3
+    writes = {verb: n for verb, n in verbs.items() if verb not in ("BEGIN", "COMMIT")}
+    # The instance's INSERT, three journal INSERTs, the completing UPDATE: no UPDATE takes the lease.
+    assert writes == {"INSERT": 4, "UPDATE": 1}, verbs
+    assert commits == 4, verbs
+    assert instance.output == 3 and Counter(calls) == {"a": 2, "b": 2, "c": 2}
+
+
+def test_run_that_goes_on_after_its_last_step_finds_that_step_journaled():
+    assert _others() == []
+    handle = workflows.get("looks-after-its-last-step").create(id="looks")
+    assert handle.status()["output"] == {"b": 2, "journaled": ["a-1", "b-1"]}
+    verbs, commits = _count(lambda: workflows.get("looks-after-its-last-step").create(id="counted"))
+    # Its last step's row is written before run() reads the journal: a commit of its own.
+    assert commits == 4, verbs

@@ -106,10 +106,16 @@ SQLITE_OPTIONS = {
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
     DATABASES["default"]["NAME"] = os.environ.get("TEST_DATABASE_NAME") or "bench_workflows"
-    # BENCH_SERVER_SIDE_BINDING=1: psycopg binds on the server and prepares a statement run five times on
-    # a connection, so that PostgreSQL plans it once (REPORT.md: the herd gained nothing from it).
+    # As the production page configures it: psycopg prepares the engine's hot statements once a connection
+    # has run them 5 times (store/prepared.py). BENCH_PREPARE_THRESHOLD=none measures Django's default,
+    # every statement planned at every call; BENCH_SERVER_SIDE_BINDING=1 binds all of Django's on the server.
+    options = {}
+    threshold = os.environ.get("BENCH_PREPARE_THRESHOLD", "5")
+    if threshold != "none":
+        options["prepare_threshold"] = int(threshold)
     if os.environ.get("BENCH_SERVER_SIDE_BINDING") == "1":
-        DATABASES["default"]["OPTIONS"] = {"server_side_binding": True}
+        options["server_side_binding"] = True
+    DATABASES["default"]["OPTIONS"] = options
 else:
     DATABASES = {
         "default": {

@@ -99,6 +99,11 @@ if os.environ.get("DATABASE_URL"):
         DATABASES["default"]["NAME"] = os.environ["TEST_DATABASE_NAME"]
     if os.environ.get("TEST_CONN_MAX_AGE"):
         DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ["TEST_CONN_MAX_AGE"])
+    # The production page's setting: psycopg prepares the engine's hot statements (store/prepared.py).
+    # TEST_PREPARE_THRESHOLD=none runs them as Django's default does, planned at every call.
+    threshold = os.environ.get("TEST_PREPARE_THRESHOLD", "5")
+    if threshold != "none":
+        DATABASES["default"]["OPTIONS"] = {"prepare_threshold": int(threshold)}
 else:
     # File-backed, so threads and worker subprocesses share one database.
     DATABASES = {

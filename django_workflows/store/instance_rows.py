@@ -32,6 +32,7 @@ from django.db.models import DateTimeField, DurationField, JSONField
 from django_workflows.shared import options, routing
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus
+from django_workflows.store import prepared
 from django_workflows.store.leases import Claim
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def insert(instance: Instance, alias: str) -> None:
     """Insert the new ``instance`` and set its pk; an id its workflow has already raises
     ``IntegrityError``."""
     shape = _shape(alias)
-    with connections[alias].cursor() as cursor:
+    with prepared.cursor(connections[alias]) as cursor:
         cursor.execute(shape.plain, _values(shape, instance))
         pk = cursor.fetchone()[0]
     _saved(instance, pk, alias)
@@ -155,7 +156,7 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
               ops.adapt_datetimefield_value(instance.turn_at), InstanceStatus.QUEUED.value, *scope_params]
     row = None
     try:
-        with connections[alias].cursor() as cursor:
+        with prepared.cursor(connections[alias]) as cursor:
             cursor.execute(shape.holding.format(scope=scope), params)
             row = cursor.fetchone()
     finally:

@@ -22,7 +22,7 @@ from django.db import connections, router, transaction
 from django_workflows.shared import clock
 from django_workflows.foundations.control_flow import Fenced
 from django_workflows.models import Event, Instance, InstanceStatus, Step
-from django_workflows.store import children, steering
+from django_workflows.store import children, prepared, steering
 # The engine's modules import Entry and load from this module; kept so while they are restructured
 # (issue 32).
 from django_workflows.store.journal_entries import Costs as Costs
@@ -322,7 +322,7 @@ class JournalWriter:
         # One cursor for the replay's writes, as long as the connection it was opened on is the
         # connection's current one (user code may close the connection between steps).
         if self._open_cursor is None or self._open_on is not self.connection.connection:
-            self._open_cursor = self.connection.cursor()
+            self._open_cursor = prepared.cursor(self.connection)
             self._open_on = self.connection.connection
         return self._open_cursor
 

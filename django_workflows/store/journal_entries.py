@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import DatabaseError, connections, router
 
 from django_workflows.shared import rows
-from django_workflows.store import literals
+from django_workflows.store import literals, prepared
 from django_workflows.foundations.control_flow import StoreError
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus, Step, StepKind, StepStatus
@@ -140,7 +140,7 @@ def load(instance_pk: int) -> dict[str, Entry]:
     connection = connections[router.db_for_read(Step)]
     sql = (f"SELECT {', '.join(journal_columns(connection))} "
            f"FROM {connection.ops.quote_name(Step._meta.db_table)} WHERE instance_id = %s")
-    with engine_statements(), connection.cursor() as cursor:
+    with engine_statements(), prepared.cursor(connection) as cursor:
         cursor.execute(sql, [instance_pk])
         fetched = cursor.fetchall()
     return entries(fetched, connection)
@@ -215,7 +215,7 @@ def take_reading_journal(
     and, on PostgreSQL, read the journal of the instance it took, its sleeps woken, in the same
     statement: the row taken (None if none was) and the journal (None where it was not read: the replay
     reads it with ``wake_sleeps_and_load``). ``params`` and ``constant`` as ``literals.bind`` takes them."""
-    with connection.cursor() as cursor:
+    with prepared.cursor(connection) as cursor:
         if connection.vendor != "postgresql":
             # SQLite has no data-modifying WITH; and its statements cost no round trip.
             cursor.execute(*literals.bind(connection, take_sql, params))

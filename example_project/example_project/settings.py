@@ -94,6 +94,9 @@ def _database_from_url(url: str) -> dict:
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
+        # The engine's statements prepared (docs/how-to/production-postgresql.md): leave it out behind a
+        # pooler in transaction mode that drops prepared statements.
+        "OPTIONS": {"prepare_threshold": 5},
     }
 
 

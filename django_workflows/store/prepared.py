@@ -1,0 +1,45 @@
+"""The cursor the engine's hot statements run on: prepared on PostgreSQL when the project asks psycopg for it.
+
+A step's journal row, the release that ends a replay, the take of a lease and a new instance's INSERT run
+thousands of times a minute with the same text. Django binds parameters on the client on PostgreSQL
+(psycopg's ``ClientCursor``), so the server parses and plans each one afresh: about a third of a journaled
+step on PostgreSQL (benchmarks/REPORT.md). psycopg prepares a statement that a connection runs
+``prepare_threshold`` times, but only on a cursor that binds on the server, and Django turns it off
+(``prepare_threshold`` None) because a connection pooler in transaction mode (PgBouncer before 1.21)
+loses a session's prepared statements.
+
+So the project chooses, with Django's own option: a PostgreSQL database whose ``OPTIONS`` set
+``prepare_threshold`` (5 is psycopg's default) runs these statements on a cursor that binds on the server,
+and psycopg prepares them after that many runs on a connection; Django's own queries stay on its cursor,
+which never prepares. Without the option nothing changes. The cursor is still Django's wrapper: its
+errors and ``execute_wrapper`` hooks are as for any other. Where Django logs queries (``DEBUG``, a test's
+``CaptureQueriesContext``), the statements stay on Django's cursor, so that ``connection.queries`` shows
+each with its values as it shows every other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
+
+
+def prepares(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the statements run through ``cursor`` now are prepared after ``prepare_threshold`` runs."""
+    return (connection.vendor == "postgresql" and not connection.queries_logged
+            and connection.settings_dict.get("OPTIONS", {}).get("prepare_threshold") is not None)
+
+
+def cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
+    """A cursor of ``connection`` (Django's, with its checks and wrappers) for the engine's hot statements:
+    binding on the server, so that psycopg prepares them, where ``prepares``; else ``connection.cursor()``."""
+    wrapper = connection.cursor()
+    if prepares(connection):
+        import psycopg
+
+        client = wrapper.cursor
+        wrapper.cursor = psycopg.Cursor(client.connection)
+        client.close()
+    return wrapper

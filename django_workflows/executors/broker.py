@@ -47,12 +47,16 @@ class ORMBroker(ORM):
             self._watcher = changes.watcher(Conf.ORM, changes.QUEUE_CHANNEL, Conf.POLL)
         now = time.monotonic()
         if now >= self._look_at:
+            prompted = self._look_at == 0.0
             self._look_at = now + workflow_settings.IDLE_RECHECK_SECONDS
             claimed = self._claim()
             if claimed:
                 # More may be waiting behind a full batch: look again at once.
                 self._look_at = 0.0
                 return claimed
+            if prompted:
+                # Woken by a commit that was not the enqueue (a wake-up loop's claim comes first).
+                self._watcher.follow_up()
         if self._watcher.wait(_LONGEST_WAIT):
             self._look_at = 0.0
         return None

@@ -44,6 +44,14 @@ INSTANCE_CHANNEL = "django_workflows_instance"
 
 STAT_INTERVAL = 0.05
 """Seconds between two looks at SQLite's files: a stat() is a few microseconds."""
+FOLLOW_UP_INTERVAL = 0.005
+FOLLOW_UP_SECONDS = 0.1
+"""A reader that looked after a change and found nothing for it has SQLite's files looked at every
+``FOLLOW_UP_INTERVAL`` for ``FOLLOW_UP_SECONDS`` (``follow_up``): commits come in pairs (the wake-up
+loop's claim, then its replays' enqueue; an event's inbox row, then its replay's enqueue), and the reader
+woken by the first finds its work a few milliseconds later, in the second, which at ``STAT_INTERVAL``
+waited up to 50 ms for the next look. A reader that found work keeps the longer interval, so that under
+load it takes what arrived meanwhile in one batch."""
 
 
 class ChangeWatcher:
@@ -64,6 +72,9 @@ class ChangeWatcher:
                 return False
         self._next = time.monotonic() + self.interval
         return True
+
+    def follow_up(self) -> None:
+        """The look after the last change found nothing: the change it waits for may be a moment away."""
 
     def close(self) -> None:
         pass
@@ -89,6 +100,7 @@ class FileWatcher(ChangeWatcher):
         except sqlite3.Error:
             self.close()
         self.last = self._signature()
+        self.followed_up_at = float("-inf")  # monotonic time of the last follow_up()
 
     def close(self) -> None:
         if self._pin is not None:
@@ -106,6 +118,13 @@ class FileWatcher(ChangeWatcher):
                 signature.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
         return tuple(signature)
 
+    def follow_up(self) -> None:
+        self.followed_up_at = time.monotonic()
+
+    def interval_at(self, now: float) -> float:
+        """Seconds until the next look, at monotonic time ``now``: shorter just after a follow-up."""
+        return FOLLOW_UP_INTERVAL if now - self.followed_up_at < FOLLOW_UP_SECONDS else self.interval
+
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while True:
@@ -113,10 +132,11 @@ class FileWatcher(ChangeWatcher):
             if signature != self.last:
                 self.last = signature
                 return True
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 return False
-            time.sleep(min(self.interval, left))
+            time.sleep(min(self.interval_at(now), left))
 
 
 class NotifyWatcher(ChangeWatcher):

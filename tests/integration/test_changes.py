@@ -136,3 +136,49 @@ def test_a_database_without_the_trigger_is_polled():
         watcher.close()
         with connection.schema_editor() as editor:
             migration.install(None, editor)
+
+
+def test_a_reader_that_found_nothing_has_sqlite_files_looked_at_every_few_milliseconds_for_a_moment(tmp_path):
+    # Commits come in pairs (a claim, then its enqueue): a reader woken by the first follows the second up.
+    import sqlite3
+
+    path = tmp_path / "watched.sqlite3"
+    database = sqlite3.connect(path, isolation_level=None)
+    database.execute("PRAGMA journal_mode=WAL")
+    database.execute("CREATE TABLE t (x)")
+    watcher = changes.FileWatcher(str(path))
+    try:
+        assert watcher.wait(0.01) is False
+        database.execute("INSERT INTO t VALUES (1)")
+        assert watcher.wait(2.0) is True
+        # A change alone leaves the interval as it was: a reader that found work batches what comes next.
+        assert watcher.interval_at(time.monotonic()) == changes.STAT_INTERVAL
+        watcher.follow_up()
+        followed = watcher.followed_up_at
+        assert followed <= time.monotonic()
+        assert watcher.interval_at(followed) == changes.FOLLOW_UP_INTERVAL
+        assert watcher.interval_at(followed + changes.FOLLOW_UP_SECONDS / 2) == changes.FOLLOW_UP_INTERVAL
+        assert watcher.interval_at(followed + changes.FOLLOW_UP_SECONDS * 1.01) == changes.STAT_INTERVAL
+        database.execute("INSERT INTO t VALUES (2)")
+        assert watcher.wait(2.0) is True
+    finally:
+        watcher.close()
+        database.close()
+
+
+def test_the_broker_follows_up_a_change_that_brought_no_task_and_not_one_that_did(monkeypatch):
+    broker = ORMBroker(list_key="follow-test")
+    broker.dequeue()  # builds its watcher
+    try:
+        followed = []
+        monkeypatch.setattr(broker._watcher, "follow_up", lambda: followed.append(True))
+        monkeypatch.setattr(broker._watcher, "wait", lambda timeout: True)  # every wait: "it changed"
+        broker.dequeue()
+        followed.clear()
+        assert broker.dequeue() is None  # woken, the queue empty: a follow-up
+        assert followed == [True]
+        OrmQ.objects.create(key="follow-test", payload="x", lock=clock.now() - timedelta(seconds=1))
+        assert broker.dequeue()  # woken, a task taken: no follow-up
+        assert followed == [True]
+    finally:
+        broker._watcher.close()

@@ -51,6 +51,17 @@ def pytest_report_collectionfinish(config, start_path, items):
 import pytest  # noqa: E402
 
 
+@pytest.fixture
+def inline_executor(settings):
+    """Replays run inside create(), in the test's thread, once its transaction commits."""
+    from django_workflows import executors
+
+    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
+    executors.reset()
+    yield
+    executors.reset()
+
+
 @pytest.fixture(autouse=True)
 def _reset_calls():
     from tests.testapp.workflows import calls

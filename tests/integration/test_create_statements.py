@@ -7,19 +7,11 @@ from collections import Counter
 
 import pytest
 from benchmarks import statements
-from django_workflows import executors, workflows
+from django_workflows import workflows
 from django_workflows.models import Instance, Step
 from tests.testapp.workflows import calls
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def inline_executor(settings):
-    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
-    executors.reset()
-    yield
-    executors.reset()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("inline_executor")]
 
 
 def _count(run):

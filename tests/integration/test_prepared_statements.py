@@ -6,18 +6,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_workflows import executors, workflows
+from django_workflows import workflows
 from django_workflows.models import Instance, Step
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def inline_executor(settings):
-    settings.DJANGO_WORKFLOWS = {"EXECUTOR": "django_workflows.executors.inline.InlineExecutor"}
-    executors.reset()
-    yield
-    executors.reset()
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
+              pytest.mark.usefixtures("inline_executor")]
 
 
 @pytest.fixture
@@ -73,6 +66,7 @@ def test_a_connection_logging_its_queries_shows_them_with_their_values_unprepare
     with CaptureQueriesContext(connection) as captured:
         _run_three_step_workflows(2)
     assert _prepared() == []
-    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith(f'INSERT INTO "{Step._meta.db_table}"')]
+    step_insert = f'INSERT INTO "{Step._meta.db_table}"'
+    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith(step_insert)]
     # Each with its values written in, as Django's cursor logs them.
     assert len(inserts) == 6 and all("%s" not in sql and "$1" not in sql for sql in inserts), inserts

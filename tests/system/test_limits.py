@@ -16,7 +16,7 @@ from tests.workers import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LIMIT = 5  # SlowSlotted.concurrency
-INSTANCES = 200
+INSTANCES = 100  # 20 rounds of five slots, at 0.8 s a replay
 
 
 def _most_at_once(intervals) -> int:

@@ -757,9 +757,10 @@ class SlowSlotted(WorkflowEntrypoint):
         import time
 
         # Long enough that, handed on from replay to replay, the five slots are all taken at some moment
-        # even on a loaded machine: the test checks the limit was reached, not only never passed.
-        step.do("work", lambda: time.sleep(0.15) or 1)
-        return step.do("more", lambda: time.sleep(0.15) or 2)
+        # even on a loaded machine: the test checks the limit was reached, not only never passed. At 0.3 s
+        # a replay, CI's three system passes at once on two cores left at most four running together.
+        step.do("work", lambda: time.sleep(0.4) or 1)
+        return step.do("more", lambda: time.sleep(0.4) or 2)
 
 
 # Whether Reporting reports its progress: a test turns it on between two replays, as a deploy would.

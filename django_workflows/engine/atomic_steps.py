@@ -45,7 +45,7 @@ from django_workflows.shared import clock
 from django_workflows.foundations.control_flow import StoreError
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
-from django_workflows.store.leases import keeper
+from django_workflows.store.lease_keeper import keeper
 from django_workflows.engine.timeouts import callers_transactions
 
 

@@ -57,6 +57,8 @@ from django_workflows.engine.step import WorkflowStep
 from django_workflows.engine.step_host import Attempt
 from django_workflows.engine.step_rows import StepRows
 from django_workflows.store import instance_rows, leases
+from django_workflows.store.holders import holder
+from django_workflows.store.lease_keeper import keeper
 from django_workflows.store.journal import Entry, JournalWriter, wake_sleeps_and_load
 from django_workflows.foundations.validation import validate_step_name
 from django_workflows.engine.waits import WaitSteps
@@ -77,7 +79,7 @@ def replay(instance_pk: int) -> bool:
         taken, now = held.taken, held.now
     else:
         taken, now = time.monotonic(), clock.now()
-        claim = leases.take(instance_pk, str(leases.holder()), now, workflow_settings.LEASE_SECONDS)
+        claim = leases.take(instance_pk, str(holder()), now, workflow_settings.LEASE_SECONDS)
     if (instance := claim) is None:
         return False
     if instance.pk != instance_pk:
@@ -93,7 +95,7 @@ def replay(instance_pk: int) -> bool:
     outcome, current = "fenced", Replay(instance, now, span)
     endings = current.endings
     try:
-        with leases.keeper.hold(instance_pk, instance.epoch, taken) as current.writer.lease:
+        with keeper.hold(instance_pk, instance.epoch, taken) as current.writer.lease:
             # With OpenTelemetry on, the replay's span is the current one while run() runs.
             outcome = current.run() if span is None else telemetry.run_in_span(span, current.run)
     except StoreError as exc:

@@ -23,8 +23,8 @@ from django_workflows.shared import clock
 from django_workflows.foundations.control_flow import Fenced
 from django_workflows.models import Event, Instance, InstanceStatus, Step
 from django_workflows.store import children, prepared, steering
-# The engine's modules import Entry and load from this module; kept so while they are restructured
-# (issue 32).
+# The engine knows the journal as this one module: what reading it gives (Entry, load, Costs) is named here
+# beside the writer, though journal_entries defines it.
 from django_workflows.store.journal_entries import Costs as Costs
 from django_workflows.store.journal_entries import Entry as Entry
 from django_workflows.store.journal_entries import datetime_adapter, engine_statements

@@ -18,20 +18,16 @@ from django.db.models.expressions import RawSQL
 from django_workflows.shared import deadlines, limits, options, routing, rows
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus, Step
-# The engine's modules reach the keeper and the holder through this module (``leases.keeper``,
-# ``leases.holder()``); kept so while they are restructured (issue 32).
-from django_workflows.store.holders import holder
 from django_workflows.store import journal_entries
 from django_workflows.store.journal_entries import Entry
 from django_workflows.store.literals import Varying
-from django_workflows.store.lease_keeper import Lease, keeper
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.base.operations import BaseDatabaseOperations
 
-__all__ = ["Claim", "Lease", "keeper", "holder", "take", "hand_on", "slot_counts", "crash_counted",
-           "crash_counted_sql", "holds_slot_sql", "RATE_LIMITED_REASON"]
+__all__ = ["Claim", "take", "hand_on", "slot_counts", "crash_counted", "crash_counted_sql", "holds_slot_sql",
+           "RATE_LIMITED_REASON"]
 
 
 _CLAIMED_COLUMNS = ("id", "workflow_name", "instance_id", "params", "status", "epoch", "created_at", "crash_count",

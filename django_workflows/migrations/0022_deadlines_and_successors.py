@@ -11,6 +11,9 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+    # Each ALTER commits on its own: in one transaction the four held the table's ACCESS EXCLUSIVE lock
+    # until the last, long enough on a loaded machine (296 ms) that a worker's read gave up behind it.
+    atomic = False
 
     dependencies = [
         ('django_workflows', '0021_subject_and_tags'),

@@ -10,8 +10,10 @@ are Django's plain operations, and their resulting model state is the plain oper
 
 A migration that uses them must be ``atomic = False``: PostgreSQL builds an index concurrently only
 outside a transaction. Each statement then commits on its own, so a migration stopped half-way (a
-``lock_timeout``, a cancelled deploy) may be run again: every step looks in the catalog whether it is
-done, and an index left invalid by an interrupted build is dropped and built again.
+``lock_timeout``, a cancelled deploy), or after its last statement and before Django recorded it, is run
+again whole: every operation in it looks in the catalog whether its work is done, and an index left
+invalid by an interrupted build is dropped and built again (``migration_reruns`` holds Django's plain
+operations made to do the same).
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ import copy
 
 from django.db import NotSupportedError, migrations, models, transaction
 from django.db.migrations.operations.base import Operation
+
+from django_workflows.migration_reruns import (
+    AddConstraintOnce,
+    AddFieldOnce,
+    AddIndexOnce,
+    _column_exists,
+    _index_or_constraint_exists,
+)
 
 
 def _on_postgresql(operation, schema_editor) -> bool:
@@ -66,15 +76,6 @@ def _constraint_exists(schema_editor, table: str, name: str) -> bool:
     )
 
 
-def _column_exists(schema_editor, table: str, column: str) -> bool:
-    return _catalog_says(
-        schema_editor,
-        "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = %s "
-        "AND NOT attisdropped)",
-        [schema_editor.quote_name(table), column],
-    )
-
-
 def _constraint_name(schema_editor, table: str, column: str, kind: str) -> str:
     """The name PostgreSQL gives a column's own UNIQUE (``key``) or CHECK (``check``) constraint: the
     name the constraint has on databases that were migrated by a plain ``AddField``."""
@@ -84,7 +85,7 @@ def _constraint_name(schema_editor, table: str, column: str, kind: str) -> str:
     return name
 
 
-class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
+class AddIndexConcurrentlyOnPostgreSQL(AddIndexOnce):
     """``AddIndex``, built with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL: a plain ``CREATE INDEX``
     stops every write to the table while it reads the whole table and sorts it."""
 
@@ -93,7 +94,7 @@ class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         if not _on_postgresql(self, schema_editor):
-            schema_editor.add_index(model, self.index)
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
             return
         _drop_invalid_index(schema_editor, self.index.name)
         if not _index_is(schema_editor, self.index.name, valid=True):
@@ -120,8 +121,8 @@ class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
             return
         index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
         if _on_postgresql(self, schema_editor):
-            schema_editor.remove_index(model, index, concurrently=True)
-        else:
+            schema_editor.remove_index(model, index, concurrently=True)  # DROP INDEX ... IF EXISTS
+        elif _index_or_constraint_exists(schema_editor, model._meta.db_table, index.name):
             schema_editor.remove_index(model, index)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
@@ -137,7 +138,7 @@ class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
             schema_editor.add_index(model, index, concurrently=True)
 
 
-class AddFieldConcurrentlyOnPostgreSQL(migrations.AddField):
+class AddFieldConcurrentlyOnPostgreSQL(AddFieldOnce):
     """``AddField`` of a column to a populated table. On PostgreSQL the column is added bare, which is a
     catalog change when it is nullable or has a constant default, and then:
 
@@ -159,10 +160,9 @@ class AddFieldConcurrentlyOnPostgreSQL(migrations.AddField):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         if not _on_postgresql(self, schema_editor):
-            # SQLite copies the table into a new one for a unique or NOT NULL column: one transaction
-            # keeps the copy whole, which the non-atomic migration does not.
-            with transaction.atomic(using=schema_editor.connection.alias):
-                super().database_forwards(app_label, schema_editor, from_state, to_state)
+            # SQLite copies the table into a new one for a unique or NOT NULL column: AddFieldOnce's
+            # one transaction keeps the copy whole, which the non-atomic migration does not.
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
             return
 
         field = model._meta.get_field(self.name)
@@ -267,7 +267,7 @@ class DropLikeIndexOnPostgreSQL(Operation):
         return f"drop_{self.model_name.lower()}_{self.name.lower()}_like_index"
 
 
-class AddConstraintConcurrentlyOnPostgreSQL(migrations.AddConstraint):
+class AddConstraintConcurrentlyOnPostgreSQL(AddConstraintOnce):
     """``AddConstraint`` of a partial ``UniqueConstraint`` (one with a ``condition``), which Django makes a
     unique index: built ``CONCURRENTLY`` on PostgreSQL, where a plain ``CREATE UNIQUE INDEX`` stops every
     write to the table while it reads the whole table."""
@@ -277,7 +277,7 @@ class AddConstraintConcurrentlyOnPostgreSQL(migrations.AddConstraint):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         if not _on_postgresql(self, schema_editor):
-            schema_editor.add_constraint(model, self.constraint)
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
             return
         if not isinstance(self.constraint, models.UniqueConstraint) or self.constraint.condition is None:
             raise NotImplementedError(f"{self.__class__.__name__} adds partial unique constraints only.")

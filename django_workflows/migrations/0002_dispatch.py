@@ -6,6 +6,7 @@ from django_workflows.migration_operations import (
     AddFieldConcurrentlyOnPostgreSQL,
     AddIndexConcurrentlyOnPostgreSQL,
 )
+from django_workflows.migration_reruns import CreateModelOnce
 
 
 class Migration(migrations.Migration):
@@ -19,7 +20,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        CreateModelOnce(
             name='WorkerHeartbeat',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),

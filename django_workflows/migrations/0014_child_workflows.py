@@ -11,6 +11,7 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 from django_workflows.migration_operations import AddIndexConcurrentlyOnPostgreSQL
+from django_workflows.migration_reruns import AddFieldOnce
 
 
 class Migration(migrations.Migration):
@@ -23,17 +24,17 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='on_parent_end',
             field=models.CharField(choices=[('terminate', 'Terminate'), ('abandon', 'Abandon')], db_default='terminate', default='terminate', help_text="What the parent's terminate or restart does to this child while it runs.", max_length=16),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='parent',
             field=models.ForeignKey(blank=True, db_constraint=False, db_index=False, default=None, help_text='The instance whose step.child() started this one.', null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='children', to='django_workflows.instance'),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='parent_step',
             field=models.CharField(blank=True, default=None, help_text="The key of the parent's step that started this child.", max_length=300, null=True),

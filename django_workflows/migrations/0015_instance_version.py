@@ -8,6 +8,7 @@
 from django.db import migrations, models
 
 from django_workflows.migration_operations import AddIndexConcurrentlyOnPostgreSQL
+from django_workflows.migration_reruns import AddFieldOnce
 
 
 class Migration(migrations.Migration):
@@ -20,7 +21,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='version',
             field=models.CharField(blank=True, db_default='', default='', help_text="The code version it was created under: its workflow's version attribute, else the VERSION setting; empty when neither was set.", max_length=100),

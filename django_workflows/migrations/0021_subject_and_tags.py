@@ -10,6 +10,12 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 from django_workflows.migration_operations import AddIndexConcurrentlyOnPostgreSQL
+from django_workflows.migration_reruns import (
+    AddConstraintOnce,
+    AddFieldOnce,
+    AddIndexOnce,
+    CreateModelOnce,
+)
 
 
 class Migration(migrations.Migration):
@@ -23,7 +29,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        CreateModelOnce(
             name='InstanceTag',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
@@ -31,12 +37,12 @@ class Migration(migrations.Migration):
                 ('value', models.CharField(max_length=255)),
             ],
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='subject_id',
             field=models.CharField(blank=True, default=None, help_text='The primary key of the row the instance is about, as text.', max_length=255, null=True),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='subject_type',
             field=models.ForeignKey(blank=True, db_index=False, default=None, help_text='The model of the row the instance is about.', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='contenttypes.contenttype'),
@@ -50,16 +56,16 @@ class Migration(migrations.Migration):
             model_name='instance',
             index=models.Index(condition=models.Q(('subject_type__isnull', False)), fields=['subject_type', 'subject_id'], name='dw_instance_subject'),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instancetag',
             name='instance',
             field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='tags', to='django_workflows.instance'),
         ),
-        migrations.AddIndex(
+        AddIndexOnce(
             model_name='instancetag',
             index=models.Index(fields=['key', 'value', 'instance'], name='dw_tag_lookup'),
         ),
-        migrations.AddConstraint(
+        AddConstraintOnce(
             model_name='instancetag',
             constraint=models.UniqueConstraint(fields=('instance', 'key'), name='dw_tag_one_per_key'),
         ),

@@ -13,6 +13,7 @@ from django_workflows.migration_operations import (
     AddIndexConcurrentlyOnPostgreSQL,
     ReplaceCheckConstraint,
 )
+from django_workflows.migration_reruns import AddFieldOnce
 
 STATUSES = ['scheduled', 'queued', 'running', 'paused', 'waitingForPause', 'waiting', 'errored', 'terminated',
             'complete']
@@ -62,7 +63,7 @@ class Migration(migrations.Migration):
             name='wake_at',
             field=models.DateTimeField(blank=True, help_text='When a waiting instance is next due; when a scheduled one starts.', null=True),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='debounce_key',
             field=models.CharField(blank=True, default=None, help_text="create(debounce=...)'s key: while it is scheduled, triggers with this key join this instance.", max_length=255, null=True),

@@ -9,6 +9,7 @@
 from django.db import migrations, models
 
 from django_workflows.migration_operations import AddIndexConcurrentlyOnPostgreSQL
+from django_workflows.migration_reruns import AddFieldOnce
 
 _TO_START = ("queued", "waiting", "running", "paused", "waitingForPause")
 
@@ -38,22 +39,22 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='queue',
             field=models.CharField(db_default='default', default='default', help_text='The queue its replays are routed to: only workers serving it run it.', max_length=64),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='priority',
             field=models.PositiveSmallIntegerField(db_default=0, default=0, help_text='0 to 9: a queued instance of higher priority starts first.'),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='turn_at',
             field=models.DateTimeField(blank=True, default=None, help_text='Its place among the queued instances of its queue: its creation brought forward by PRIORITY_AGING_SECONDS per point of priority.', null=True),
         ),
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='limit_key',
             field=models.CharField(blank=True, db_default='', default='', help_text="What its workflow's keyed concurrency and rate limits count it by (a customer, a tenant); empty when they are not keyed.", max_length=255),

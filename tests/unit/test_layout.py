@@ -9,8 +9,8 @@ from collections import defaultdict
 import django_workflows
 
 ROOT = django_workflows.__path__[0]
-# The app's own modules beside the public ones: Django's, the finder of old paths, the migrations' helper.
-APP_MODULES = {"apps", "moved_modules", "migration_operations"}
+# The app's own modules beside the public ones: Django's, the finder of old paths, the migrations' helpers.
+APP_MODULES = {"apps", "moved_modules", "migration_operations", "migration_reruns"}
 FOLDERS = {"admin", "api", "client", "engine", "executors", "foundations", "management", "migrations", "reading",
            "shared", "store", "surfaces", "templatetags"}
 

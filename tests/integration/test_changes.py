@@ -152,15 +152,49 @@ def test_a_reader_that_found_nothing_has_sqlite_files_looked_at_every_few_millis
         database.execute("INSERT INTO t VALUES (1)")
         assert watcher.wait(2.0) is True
         # A change alone leaves the interval as it was: a reader that found work batches what comes next.
-        assert watcher.interval_at(time.monotonic()) == changes.STAT_INTERVAL
+        changed = watcher.changed_at
+        assert watcher.interval_at(changed) == changes.STAT_INTERVAL
         watcher.follow_up()
         followed = watcher.followed_up_at
         assert followed <= time.monotonic()
         assert watcher.interval_at(followed) == changes.FOLLOW_UP_INTERVAL
         assert watcher.interval_at(followed + changes.FOLLOW_UP_SECONDS / 2) == changes.FOLLOW_UP_INTERVAL
-        assert watcher.interval_at(followed + changes.FOLLOW_UP_SECONDS * 1.01) == changes.STAT_INTERVAL
+        after = followed + changes.FOLLOW_UP_SECONDS * 1.01
+        assert watcher.interval_at(after) == changes.IDLE_INTERVAL  # the files quiet since the change
+        watcher.changed_at = after - changes.IDLE_AFTER_SECONDS / 2
+        assert watcher.interval_at(after) == changes.STAT_INTERVAL  # changing: a reader takes a batch
         database.execute("INSERT INTO t VALUES (2)")
         assert watcher.wait(2.0) is True
+    finally:
+        watcher.close()
+        database.close()
+
+
+def test_quiet_sqlite_files_are_looked_at_more_often_than_changing_ones(tmp_path):
+    # The first commit after a quiet moment (a timer's claim) is seen within IDLE_INTERVAL; a stream of
+    # commits keeps the longer interval, under which a reader takes a batch.
+    import sqlite3
+
+    path = tmp_path / "watched.sqlite3"
+    database = sqlite3.connect(path, isolation_level=None)
+    database.execute("PRAGMA journal_mode=WAL")
+    database.execute("CREATE TABLE t (x)")
+    watcher = changes.FileWatcher(str(path))
+    try:
+        assert watcher.interval_at(time.monotonic()) == changes.IDLE_INTERVAL < changes.STAT_INTERVAL
+        database.execute("INSERT INTO t VALUES (1)")
+        assert watcher.wait(2.0) is True
+        changed = watcher.changed_at
+        assert watcher.interval_at(changed) == changes.STAT_INTERVAL
+        assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS * 0.99) == changes.STAT_INTERVAL
+        assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS) == changes.IDLE_INTERVAL
+        # Looks while idle: about one every IDLE_INTERVAL, counted by the stat() calls (two a look).
+        looks = []
+        signature = watcher._signature
+        watcher._signature = lambda: looks.append(1) or signature()
+        watcher.changed_at = float("-inf")
+        assert watcher.wait(0.2) is False
+        assert len(looks) >= 0.2 / changes.STAT_INTERVAL * 2, len(looks)
     finally:
         watcher.close()
         database.close()

@@ -37,7 +37,7 @@ FAST_PATHS := tests/unit tests/integration tests/conformance example_project
 SYSTEM_ARGS := $(if $(SYSTEM_MARK),-m $(SYSTEM_MARK)) --durations=15 tests/system
 SYSTEM_TITLE := the system tier$(if $(SYSTEM_MARK), (the tests marked $(SYSTEM_MARK)))
 
-.PHONY: test test-all test-sqlite test-postgres chaos demo demo-smoke clean bench dist docs chromium faketime
+.PHONY: test test-all test-sqlite test-postgres chaos chaos-sqlite chaos-postgres demo demo-smoke clean bench dist docs chromium faketime
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,9 +102,15 @@ test-postgres: $(VENV)/.installed
 #              mid-run and removed by tests/chaos_postgres.sh) with the Redis broker (127.0.0.1:6379 db 8)
 #              and two commands, one of them 90 s ahead (libfaketime), and a worker connection cut every
 #              1 to 3 s. CHAOS_SEED=... replays a run's plan.
-chaos: $(VENV)/.installed
+# The two chaos runs share nothing (a SQLite file of their own and the ORM broker; a PostgreSQL server of
+# their own and Redis): `make -j2 chaos` runs them at once, as CI does.
+chaos: chaos-sqlite chaos-postgres
+
+chaos-sqlite: $(VENV)/.installed
 	@echo "== chaos on SQLite: the ORM broker, one worker command"
 	env -u DATABASE_URL TEST_REDIS_DB=8 $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/system/test_chaos.py
+
+chaos-postgres: $(VENV)/.installed
 	@echo "== chaos on PostgreSQL: the Redis broker, two worker commands, a database restart"
 	TEST_REDIS_DB=8 tests/chaos_postgres.sh $(PY) -m pytest -m chaos -s -p no:cacheprovider tests/system/test_chaos.py
 

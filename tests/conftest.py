@@ -51,6 +51,29 @@ def pytest_report_collectionfinish(config, start_path, items):
 import pytest  # noqa: E402
 
 
+def _empty_tables_by_delete_on_postgresql():
+    """After a transactional test Django empties every table with one ``TRUNCATE``, which on PostgreSQL
+    gives each of the project's 24 tables and their indexes new files: 200 ms a test, against a
+    millisecond or two for a ``DELETE`` of the few rows a test leaves. The foreign keys are
+    ``DEFERRABLE INITIALLY DEFERRED`` and checked when the flush commits, by which time every table is
+    empty; ``reset_sequences`` (which needs ``RESTART IDENTITY``) keeps Django's ``TRUNCATE``."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or allow_cascade or not tables:
+            return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+        return [f"{style.SQL_KEYWORD('DELETE FROM')} {style.SQL_FIELD(self.quote_name(table))};"
+                for table in tables]
+
+    DatabaseOperations.sql_flush = sql_flush
+
+
+if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
+    _empty_tables_by_delete_on_postgresql()
+
+
 @pytest.fixture
 def inline_executor(settings):
     """Replays run inside create(), in the test's thread, once its transaction commits."""

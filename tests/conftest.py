@@ -3,7 +3,8 @@ from django.conf import settings
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``postgres`` run only in the PostgreSQL pass; the SQLite pass deselects them.
+    """Tests marked ``postgres`` run only in the PostgreSQL pass; the SQLite pass deselects them, and the
+    PostgreSQL pass those marked ``sqlite``.
     Tests marked ``chaos`` take minutes: they run only when ``-m`` names them (``make chaos``).
     Tests marked ``backport`` are about django-tasks, the tasks framework of Django 5.2: Django 6
     deselects them. Tests marked ``own_project`` run a project of their own on SQLite whatever the pass's
@@ -14,6 +15,8 @@ def pytest_collection_modifyitems(config, items):
 
     def wanted(item) -> bool:
         if item.get_closest_marker("postgres") and not postgres:
+            return False
+        if item.get_closest_marker("sqlite") and postgres:
             return False
         if item.get_closest_marker("backport") and not backport:
             return False
@@ -29,6 +32,8 @@ def pytest_collection_modifyitems(config, items):
     config._workflows_deselected = {
         "need PostgreSQL (they run in the PostgreSQL pass)":
             sum(1 for item in deselected if item.get_closest_marker("postgres") and not postgres),
+        "are about SQLite (they run in the SQLite pass)":
+            sum(1 for item in deselected if item.get_closest_marker("sqlite") and postgres),
         "are the chaos test (make chaos)":
             sum(1 for item in deselected if item.get_closest_marker("chaos")
                 and not (item.get_closest_marker("postgres") and not postgres)),

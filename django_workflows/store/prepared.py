@@ -1,4 +1,5 @@
-"""The cursor the engine's hot statements run on: prepared on PostgreSQL when the project asks psycopg for it.
+"""The cursor the engine's hot statements run on: prepared on PostgreSQL when the project asks psycopg for
+it, and on SQLite with each statement's text converted once.
 
 A step's journal row, the release that ends a replay, the take of a lease and a new instance's INSERT run
 thousands of times a minute with the same text. Django binds parameters on the client on PostgreSQL
@@ -15,11 +16,16 @@ which never prepares. Without the option nothing changes. The cursor is still Dj
 errors and ``execute_wrapper`` hooks are as for any other. Where Django logs queries (``DEBUG``, a test's
 ``CaptureQueriesContext``), the statements stay on Django's cursor, so that ``connection.queries`` shows
 each with its values as it shows every other.
+
+On SQLite, Django's cursor turns every statement's ``%s`` into the driver's ``?`` with a regular
+expression at every run: a tenth of a journaled step's Python. The engine's cursor keeps each text it has
+converted, so that its few statements, run thousands of times, are converted once.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -42,4 +48,35 @@ def cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
         client = wrapper.cursor
         wrapper.cursor = psycopg.Cursor(client.connection)
         client.close()
+    elif connection.vendor == "sqlite":
+        plain = wrapper.cursor
+        wrapper.cursor = connection.connection.cursor(factory=_converting_once())
+        plain.close()
     return wrapper
+
+
+_CONVERTED_TEXTS = 1024
+"""The most statement texts kept converted: the engine's are a few dozen (a journal write of n rows is a
+text of its own for each n up to the batch's size)."""
+
+
+@functools.cache
+def _converting_once() -> Any:
+    from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+    texts: dict[str, str] = {}
+
+    class ConvertingOnce(SQLiteCursorWrapper):
+        """Django's SQLite cursor, its conversion of a statement's placeholders kept for the next run."""
+
+        def convert_query(self, query: str, *, param_names: list[str] | None = None) -> str:
+            if param_names is not None:
+                return super().convert_query(query, param_names=param_names)
+            converted = texts.get(query)
+            if converted is None:
+                if len(texts) >= _CONVERTED_TEXTS:
+                    texts.clear()
+                converted = texts[query] = super().convert_query(query)
+            return converted
+
+    return ConvertingOnce

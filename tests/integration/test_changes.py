@@ -138,8 +138,9 @@ def test_a_database_without_the_trigger_is_polled():
             migration.install(None, editor)
 
 
-def test_a_reader_that_found_nothing_has_sqlite_files_looked_at_every_few_milliseconds_for_a_moment(tmp_path):
-    # Commits come in pairs (a claim, then its enqueue): a reader woken by the first follows the second up.
+@pytest.fixture
+def watched_sqlite(tmp_path):
+    """A SQLite database in WAL mode with a table ``t``, and a ``FileWatcher`` of its files."""
     import sqlite3
 
     path = tmp_path / "watched.sqlite3"
@@ -147,58 +148,52 @@ def test_a_reader_that_found_nothing_has_sqlite_files_looked_at_every_few_millis
     database.execute("PRAGMA journal_mode=WAL")
     database.execute("CREATE TABLE t (x)")
     watcher = changes.FileWatcher(str(path))
-    try:
-        assert watcher.wait(0.01) is False
-        database.execute("INSERT INTO t VALUES (1)")
-        assert watcher.wait(2.0) is True
-        # A change alone leaves the interval as it was: a reader that found work batches what comes next.
-        changed = watcher.changed_at
-        assert watcher.interval_at(changed) == changes.STAT_INTERVAL
-        watcher.follow_up()
-        followed = watcher.followed_up_at
-        assert followed <= time.monotonic()
-        assert watcher.interval_at(followed) == changes.FOLLOW_UP_INTERVAL
-        assert watcher.interval_at(followed + changes.FOLLOW_UP_SECONDS / 2) == changes.FOLLOW_UP_INTERVAL
-        after = followed + changes.FOLLOW_UP_SECONDS * 1.01
-        assert watcher.interval_at(after) == changes.IDLE_INTERVAL  # the files quiet since the change
-        watcher.changed_at = after - changes.IDLE_AFTER_SECONDS / 2
-        assert watcher.interval_at(after) == changes.STAT_INTERVAL  # changing: a reader takes a batch
-        database.execute("INSERT INTO t VALUES (2)")
-        assert watcher.wait(2.0) is True
-    finally:
-        watcher.close()
-        database.close()
+    yield database, watcher
+    watcher.close()
+    database.close()
 
 
-def test_quiet_sqlite_files_are_looked_at_more_often_than_changing_ones(tmp_path, monkeypatch):
+def test_a_reader_that_found_nothing_has_sqlite_files_looked_at_every_few_milliseconds_for_a_moment(watched_sqlite):
+    # Commits come in pairs (a claim, then its enqueue): a reader woken by the first follows the second up.
+    database, watcher = watched_sqlite
+    assert watcher.wait(0.01) is False
+    database.execute("INSERT INTO t VALUES (1)")
+    assert watcher.wait(2.0) is True
+    # A change alone leaves the interval as it was: a reader that found work batches what comes next.
+    changed = watcher.changed_at
+    assert watcher.interval_at(changed) == changes.STAT_INTERVAL
+    watcher.follow_up()
+    followed = watcher.followed_up_at
+    assert followed <= time.monotonic()
+    assert watcher.interval_at(followed) == changes.FOLLOW_UP_INTERVAL
+    assert watcher.interval_at(followed + changes.FOLLOW_UP_SECONDS / 2) == changes.FOLLOW_UP_INTERVAL
+    after = followed + changes.FOLLOW_UP_SECONDS * 1.01
+    assert watcher.interval_at(after) == changes.IDLE_INTERVAL  # the files quiet since the change
+    watcher.changed_at = after - changes.IDLE_AFTER_SECONDS / 2
+    assert watcher.interval_at(after) == changes.STAT_INTERVAL  # changing: a reader takes a batch
+    database.execute("INSERT INTO t VALUES (2)")
+    assert watcher.wait(2.0) is True
+
+
+def test_quiet_sqlite_files_are_looked_at_more_often_than_changing_ones(watched_sqlite, monkeypatch):
     # The first commit after a quiet moment (a timer's claim) is seen within IDLE_INTERVAL; a stream of
     # commits keeps the longer interval, under which a reader takes a batch.
-    import sqlite3
-
-    path = tmp_path / "watched.sqlite3"
-    database = sqlite3.connect(path, isolation_level=None)
-    database.execute("PRAGMA journal_mode=WAL")
-    database.execute("CREATE TABLE t (x)")
-    watcher = changes.FileWatcher(str(path))
-    try:
-        assert watcher.interval_at(time.monotonic()) == changes.IDLE_INTERVAL < changes.STAT_INTERVAL
-        database.execute("INSERT INTO t VALUES (1)")
-        assert watcher.wait(2.0) is True
-        changed = watcher.changed_at
-        assert watcher.interval_at(changed) == changes.STAT_INTERVAL
-        assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS * 0.99) == changes.STAT_INTERVAL
-        assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS) == changes.IDLE_INTERVAL
-        # Waiting on quiet files, the reader sleeps IDLE_INTERVAL between two looks (the pauses it asks
-        # for, which a loaded machine may stretch), and only the last pause is cut short by the timeout.
-        pauses = []
-        sleep = time.sleep
-        monkeypatch.setattr(changes.time, "sleep", lambda seconds: pauses.append(seconds) or sleep(seconds))
-        watcher.changed_at = float("-inf")
-        assert watcher.wait(0.2) is False
-        assert pauses and max(pauses) == changes.IDLE_INTERVAL, pauses
-    finally:
-        watcher.close()
-        database.close()
+    database, watcher = watched_sqlite
+    assert watcher.interval_at(time.monotonic()) == changes.IDLE_INTERVAL < changes.STAT_INTERVAL
+    database.execute("INSERT INTO t VALUES (1)")
+    assert watcher.wait(2.0) is True
+    changed = watcher.changed_at
+    assert watcher.interval_at(changed) == changes.STAT_INTERVAL
+    assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS * 0.99) == changes.STAT_INTERVAL
+    assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS) == changes.IDLE_INTERVAL
+    # Waiting on quiet files, the reader sleeps IDLE_INTERVAL between two looks (the pauses it asks
+    # for, which a loaded machine may stretch), and only the last pause is cut short by the timeout.
+    pauses = []
+    sleep = time.sleep
+    monkeypatch.setattr(changes.time, "sleep", lambda seconds: pauses.append(seconds) or sleep(seconds))
+    watcher.changed_at = float("-inf")
+    assert watcher.wait(0.2) is False
+    assert pauses and max(pauses) == changes.IDLE_INTERVAL, pauses
 
 
 def test_the_broker_follows_up_a_change_that_brought_no_task_and_not_one_that_did(monkeypatch):

@@ -27,8 +27,8 @@ from django_workflows.migration_reruns import (
     AddConstraintOnce,
     AddFieldOnce,
     AddIndexOnce,
-    _column_exists,
-    _index_or_constraint_exists,
+    column_exists,
+    index_or_constraint_exists,
 )
 
 
@@ -69,6 +69,8 @@ def _drop_invalid_index(schema_editor, name: str) -> None:
 
 
 def _constraint_exists(schema_editor, table: str, name: str) -> bool:
+    """A constraint of the name, not an index (``index_or_constraint_exists`` answers for either): a
+    unique column's index is built under the name its constraint is then made from."""
     return _catalog_says(
         schema_editor,
         "SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass(%s) AND conname = %s)",
@@ -122,7 +124,7 @@ class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
         index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
         if _on_postgresql(self, schema_editor):
             schema_editor.remove_index(model, index, concurrently=True)  # DROP INDEX ... IF EXISTS
-        elif _index_or_constraint_exists(schema_editor, model._meta.db_table, index.name):
+        elif index_or_constraint_exists(schema_editor, model._meta.db_table, index.name):
             schema_editor.remove_index(model, index)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
@@ -172,7 +174,7 @@ class AddFieldConcurrentlyOnPostgreSQL(AddFieldOnce):
         column = field.column
         quote = schema_editor.quote_name
 
-        if not _column_exists(schema_editor, table, column):
+        if not column_exists(schema_editor, table, column):
             bare = copy.copy(field)
             bare._unique = False
             bare.db_check = lambda connection: None

@@ -26,16 +26,16 @@ def _introspection_says(schema_editor, look) -> bool:
         return look(schema_editor.connection.introspection, cursor)
 
 
-def _table_exists(schema_editor, table: str) -> bool:
+def table_exists(schema_editor, table: str) -> bool:
     return _introspection_says(schema_editor, lambda found, cursor: table in found.table_names(cursor))
 
 
-def _column_exists(schema_editor, table: str, column: str) -> bool:
+def column_exists(schema_editor, table: str, column: str) -> bool:
     return _introspection_says(schema_editor, lambda found, cursor: any(
         description.name == column for description in found.get_table_description(cursor, table)))
 
 
-def _index_or_constraint_exists(schema_editor, table: str, name: str) -> bool:
+def index_or_constraint_exists(schema_editor, table: str, name: str) -> bool:
     return _introspection_says(schema_editor, lambda found, cursor: name in found.get_constraints(cursor, table))
 
 
@@ -75,19 +75,19 @@ class CreateModelOnce(_Once, migrations.CreateModel):
         return self.name
 
     def _done(self, schema_editor, model) -> bool:
-        return _table_exists(schema_editor, model._meta.db_table)
+        return table_exists(schema_editor, model._meta.db_table)
 
 
 class AddFieldOnce(_Once, migrations.AddField):
     def _done(self, schema_editor, model) -> bool:
-        return _column_exists(schema_editor, model._meta.db_table, model._meta.get_field(self.name).column)
+        return column_exists(schema_editor, model._meta.db_table, model._meta.get_field(self.name).column)
 
 
 class AddIndexOnce(_Once, migrations.AddIndex):
     def _done(self, schema_editor, model) -> bool:
-        return _index_or_constraint_exists(schema_editor, model._meta.db_table, self.index.name)
+        return index_or_constraint_exists(schema_editor, model._meta.db_table, self.index.name)
 
 
 class AddConstraintOnce(_Once, migrations.AddConstraint):
     def _done(self, schema_editor, model) -> bool:
-        return _index_or_constraint_exists(schema_editor, model._meta.db_table, self.constraint.name)
+        return index_or_constraint_exists(schema_editor, model._meta.db_table, self.constraint.name)

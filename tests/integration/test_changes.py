@@ -185,7 +185,7 @@ def test_quiet_sqlite_files_are_looked_at_more_often_than_changing_ones(watched_
     changed = watcher.changed_at
     assert watcher.interval_at(changed) == changes.STAT_INTERVAL
     assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS * 0.99) == changes.STAT_INTERVAL
-    assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS) == changes.IDLE_INTERVAL
+    assert watcher.interval_at(changed + changes.IDLE_AFTER_SECONDS * 1.01) == changes.IDLE_INTERVAL
     # Waiting on quiet files, the reader sleeps IDLE_INTERVAL between two looks (the pauses it asks
     # for, which a loaded machine may stretch), and only the last pause is cut short by the timeout.
     pauses = []

@@ -7,17 +7,23 @@ it, and the check a replay makes as it suspends on a wait) is ``JournalWriter``'
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.db.models import Count, Q
 
 from django_workflows.executors import enqueue
 from django_workflows.models import FINISHED_STATUSES, Delivery, Event, Instance, InstanceStatus
+from django_workflows.store import prepared
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 
 @dataclass(frozen=True)
@@ -63,41 +69,116 @@ def deliver(pk: int, type: str, payload: Any, *, sender: str, now: datetime,  # 
     Returns the status the instance had (None if it no longer exists, a finished status if it will
     never wait again: the event is then not stored, nor when a quota refuses it: ``QuotaReached``) and
     the stored event's id. A delivery received before raises ``IntegrityError``, and nothing is stored.
+
+    Three statements for an event its instance waits for, two for one it does not, each SQL built once
+    per database: the locked read of the instance's status, the event's INSERT, which counts the inbox
+    against the quotas as it inserts, and the instance queued.
     """
-    rows = Instance.objects.filter(pk=pk)
-    with transaction.atomic(using=router.db_for_write(Instance)):
+    alias = router.db_for_write(Instance)
+    connection = connections[alias]
+    statements = _statements(connection)
+    with transaction.atomic(using=alias), prepared.cursor(connection) as cursor:
         # Locking the row orders this event against a replay suspending on its wait: either the
-        # replay's inbox check sees this event, or this sees the instance waiting and wakes it.
-        row = rows.select_for_update().values("status", "waiting_for").first()
-        if row is None or row["status"] in FINISHED_STATUSES:
-            return (None if row is None else row["status"]), None
-        awaited = row["status"] == InstanceStatus.WAITING and type in (row["waiting_for"] or ())
-        refused = _over_quota(pk, type, sender, quotas, urgent=quotas.urgent or awaited)
-        if refused is not None:
-            return refused, None
-        event = Event.objects.create(instance_id=pk, type=type, payload=payload, received_at=now, sender=sender)
-        remember(pk, event.pk, type, deliveries, now)
+        # replay's inbox check sees this event, or this sees the instance waiting and wakes it; and it
+        # orders senders, so that each one's INSERT, a statement begun after the lock, counts the
+        # events of those before it.
+        cursor.execute(statements.locked, [pk])
+        row = cursor.fetchone()
+        if row is None or row[0] in FINISHED_STATUSES:
+            return (None if row is None else row[0]), None
+        status, waiting_for = row
+        awaited = status == InstanceStatus.WAITING and type in _types(waiting_for)
+        checked = _checked(quotas, urgent=quotas.urgent or awaited)
+        cursor.execute(statements.insert(tuple(quota for quota, _ in checked)), [
+            pk, type, statements.payload(payload), statements.moment(now), sender,
+            *(value for quota, limit in checked for value in (pk, *_counted_by(quota, sender, type), limit)),
+        ])
+        inserted = cursor.fetchone()
+        if inserted is None:
+            return _refusal(pk, sender, type, checked), None
+        event_id = inserted[0]
+        remember(pk, event_id, type, deliveries, now)
         if awaited:
             # Queued, so that the sweeper re-enqueues it should the replay task be lost.
             # Its wake time goes: a queued instance keeps one only while a limit holds it back.
-            rows.update(status=InstanceStatus.QUEUED, wake_at=None, updated_at=now)
+            cursor.execute(statements.queue, [InstanceStatus.QUEUED.value, statements.moment(now), pk])
             enqueue(pk)
-        return row["status"], event.pk
+        return status, event_id
 
 
-def _over_quota(pk: int, type: str, sender: str, quotas: Quotas, urgent: bool) -> QuotaReached | None:  # noqa: A002
-    # One query for the three counts. The inbox's partial index holds exactly the unconsumed events,
-    # and the quotas keep them few: ordinary events to ``total``, the rest to ``per_sender`` a sender.
-    counts = Event.objects.filter(instance_id=pk, consumed_by__isnull=True).aggregate(
-        total=Count("id"), sender=Count("id", filter=Q(sender=sender)), type=Count("id", filter=Q(type=type)),
-    )
+def _checked(quotas: Quotas, urgent: bool) -> list[tuple[str, int]]:
+    """The quotas that apply, with their limits: the sender's always, the type's and the total's unless
+    the event is urgent."""
     checked = [("sender", quotas.per_sender)]
     if not urgent:
         checked += [("type", quotas.per_type), ("total", quotas.total)]
+    return [(quota, limit) for quota, limit in checked if limit is not None]
+
+
+def _counted_by(quota: str, sender: str, type: str) -> tuple[Any, ...]:  # noqa: A002
+    return {"sender": (sender,), "type": (type,), "total": ()}[quota]
+
+
+def _refusal(pk: int, sender: str, type: str, checked: list[tuple[str, int]]) -> QuotaReached:  # noqa: A002
+    """Which of the ``checked`` quotas refused the event: counted again, in the same transaction."""
+    events = Event.objects.filter(instance_id=pk, consumed_by__isnull=True)
+    counts = events.aggregate(total=Count("id"), sender=Count("id", filter=Q(sender=sender)),
+                              type=Count("id", filter=Q(type=type)))
     for quota, limit in checked:
-        if limit is not None and counts[quota] >= limit:
+        if counts[quota] >= limit:
             return QuotaReached(quota, limit)
-    return None
+    raise AssertionError(f"the inbox refused an event under every quota: {counts}, {checked}")
+
+
+def _types(waiting_for: Any) -> Sequence[str]:
+    """The event types a waiting instance waits for, as its ``waiting_for`` column reads raw: JSON text
+    (SQLite, and PostgreSQL's ``jsonb`` as Django loads it), or None."""
+    if waiting_for is None:
+        return ()
+    types: Sequence[str] = json.loads(waiting_for) if isinstance(waiting_for, str) else waiting_for
+    return types
+
+
+class _Statements:
+    """The inbox's statements on one database, built once."""
+
+    def __init__(self, connection: BaseDatabaseWrapper):
+        ops = connection.ops
+        instances, events = ops.quote_name(Instance._meta.db_table), ops.quote_name(Event._meta.db_table)
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        self.locked = f"SELECT status, waiting_for FROM {instances} WHERE id = %s{lock}"
+        self.queue = f"UPDATE {instances} SET status = %s, wake_at = NULL, updated_at = %s WHERE id = %s"
+        self._events = events
+        self._inserts: dict[tuple[str, ...], str] = {}
+        payload, received_at = Event._meta.get_field("payload"), Event._meta.get_field("received_at")
+        self.payload = functools.partial(payload.get_db_prep_save, connection=connection)
+        self.moment = functools.partial(received_at.get_db_prep_save, connection=connection)
+
+    def insert(self, quotas: tuple[str, ...]) -> str:
+        """The event's INSERT, inserting nothing where one of ``quotas`` is reached: the unconsumed events
+        of the instance (the inbox's partial index holds exactly those), of the sender or of the type."""
+        sql = self._inserts.get(quotas)
+        if sql is None:
+            unconsumed = f"SELECT COUNT(*) FROM {self._events} u WHERE u.instance_id = %s AND u.consumed_by_id IS NULL"
+            within = {"sender": f"({unconsumed} AND u.sender = %s) < %s",
+                      "type": f"({unconsumed} AND u.type = %s) < %s",
+                      "total": f"({unconsumed}) < %s"}
+            where = f" WHERE {' AND '.join(within[quota] for quota in quotas)}" if quotas else ""
+            sql = self._inserts[quotas] = (
+                f"INSERT INTO {self._events} (instance_id, type, payload, received_at, sender) "
+                f"SELECT %s, %s, %s, %s, %s{where} RETURNING id"
+            )
+        return sql
+
+
+_built: dict[str, _Statements] = {}
+
+
+def _statements(connection: BaseDatabaseWrapper) -> _Statements:
+    statements = _built.get(connection.alias)
+    if statements is None:
+        statements = _built[connection.alias] = _Statements(connection)
+    return statements
 
 
 def remember(pk: int, event_id: int, type: str, deliveries: Sequence[Received], now: datetime) -> None:  # noqa: A002

@@ -132,3 +132,43 @@ def test_discarding_needs_the_change_permission_and_a_post(refund, client):
     assert client.post(url, {"event": "not a number"}).status_code == 400
     assert client.post(url, {}).status_code == 400
     assert Event.objects.count() == 1 and not LogEntry.objects.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_senders_at_once_never_store_more_than_the_quota(workflows_env, settings):
+    # Eight threads send at once to one instance, as one person: the locked read of the instance orders
+    # them, and each one's count of the inbox sees the events stored before it, so exactly the quota's
+    # events are stored and the rest refused, however the requests interleave.
+    import threading
+
+    from django.db import connections
+
+    settings.DJANGO_WORKFLOWS = {"MAX_PENDING_EVENTS_PER_SENDER": 5}
+    workflows.get("awaiter").create(id="busy")
+    workflows_env.run_until_idle()
+    user = User.objects.create_user("mallory", password="pw")
+    user.user_permissions.set(Permission.objects.filter(codename__in=["send_event"]))
+    handle = workflows.get("awaiter").get("busy")
+    outcomes: list[str] = []
+    start = threading.Barrier(8)
+
+    def send() -> None:
+        try:
+            start.wait()
+            for n in range(3):
+                try:
+                    handle.send_event("noise", {"n": n}, channel="api", user=user)
+                    outcomes.append("stored")
+                except InboxFull as refused:
+                    outcomes.append(refused.quota)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["sender"] * 19 + ["stored"] * 5
+    assert Event.objects.filter(sender="api:mallory").count() == 5

@@ -18,7 +18,8 @@ from django_workflows.shared.definition import registry
 from django_workflows.foundations.conf import workflow_settings
 from django_workflows.executors import enqueue_many
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.store import holders, leases
+from django_workflows.store import holders, leases, literals
+from django_workflows.store.literals import Varying
 from django_workflows.store.retention import purge_finished
 
 if TYPE_CHECKING:
@@ -62,10 +63,12 @@ def wake_due(now: datetime | None = None) -> int:
     while True:
         with transaction.atomic(using=alias):
             with connection.cursor() as cursor:
-                cursor.execute(_claim_sql(connection), [
-                    InstanceStatus.QUEUED, stamp, *WOKEN_STATUSES,
-                    *(value for status in WOKEN_STATUSES for value in (status, stamp, batch)),
-                ])
+                # The statuses and the batch written in (``literals``): on SQLite, a status bound as a
+                # parameter beside the partial indexes on it prepares the statement again at every run.
+                cursor.execute(*literals.bind(connection, _claim_sql(connection), [
+                    InstanceStatus.QUEUED.value, Varying(stamp), *(status.value for status in WOKEN_STATUSES),
+                    *(value for status in WOKEN_STATUSES for value in (status.value, Varying(stamp), batch)),
+                ]))
                 claimed = [row[0] for row in cursor.fetchall()]
             enqueue_many(claimed)
         woken += len(claimed)

@@ -32,7 +32,8 @@ from django.db.models import DateTimeField, DurationField, JSONField
 from django_workflows.shared import options, routing
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.store import prepared
+from django_workflows.store import literals, prepared
+from django_workflows.store.literals import Varying
 from django_workflows.store.leases import Claim
 
 if TYPE_CHECKING:
@@ -152,12 +153,15 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
     instance.status, instance.epoch, instance.lease_owner = InstanceStatus.RUNNING, 1, owner
     instance.lease_expires_at = now + timedelta(seconds=lease_seconds)
     instance.started_at = instance.updated_at = now
-    params = [*_values(shape, instance), instance.queue, instance.priority,
-              ops.adapt_datetimefield_value(instance.turn_at), InstanceStatus.QUEUED.value, *scope_params]
+    # The status and this process's workflows and queues written in (``literals``): on SQLite, a status
+    # bound as a parameter beside the partial indexes on it prepares the statement again at every run.
+    params = [*map(Varying, _values(shape, instance)), Varying(instance.queue), Varying(instance.priority),
+              Varying(ops.adapt_datetimefield_value(instance.turn_at)), InstanceStatus.QUEUED.value, *scope_params]
     row = None
+    connection = connections[alias]
     try:
-        with prepared.cursor(connections[alias]) as cursor:
-            cursor.execute(shape.holding.format(scope=scope), params)
+        with prepared.cursor(connection) as cursor:
+            cursor.execute(*literals.bind(connection, shape.holding.format(scope=scope), params))
             row = cursor.fetchone()
     finally:
         if row is None:  # not inserted: the row is the caller's to insert queued

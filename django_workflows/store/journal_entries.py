@@ -218,7 +218,7 @@ def take_reading_journal(
     with prepared.cursor(connection) as cursor:
         if connection.vendor != "postgresql":
             # SQLite has no data-modifying WITH; and its statements cost no round trip.
-            cursor.execute(*literals.bind(connection, take_sql, params))
+            cursor.execute(*literals.bind(connection, take_sql, params, constant))
             return cursor.fetchone(), None
         key = (connection.alias, take_sql)
         sql = _WITH_JOURNAL.get(key)
@@ -242,14 +242,17 @@ def wake_sleeps_and_load(instance_pk: int, epoch: int, now: datetime, wake: bool
     connection = connections[router.db_for_write(Step)]
     ops = connection.ops
     table, steps = ops.quote_name(Instance._meta.db_table), ops.quote_name(Step._meta.db_table)
+    # The statuses and kinds written in (``literals``): bound, beside the partial indexes on them, they
+    # would have SQLite prepare the statement again at every run.
     with engine_statements(), connection.cursor() as cursor:
-        cursor.execute(
+        cursor.execute(*literals.bind(
+            connection,
             f"UPDATE {steps} SET status = %s, ended_at = wake_at WHERE instance_id = %s AND EXISTS "
             f"(SELECT 1 FROM {table} t WHERE t.id = %s AND t.epoch = %s AND "
             f"{_WAKES_SLEEP.format(t='t', s=steps)}) RETURNING id",
-            [StepStatus.SUCCEEDED.value, instance_pk, instance_pk, epoch,
-             *_wakes_sleep_params(ops.adapt_datetimefield_value(now))],
-        )
+            [StepStatus.SUCCEEDED.value, literals.Varying(instance_pk), literals.Varying(instance_pk),
+             literals.Varying(epoch), *_wakes_sleep_params(literals.Varying(ops.adapt_datetimefield_value(now)))],
+        ))
         woke = {row[0] for row in cursor.fetchall()}
     journal = load(instance_pk)
     for entry in journal.values():

@@ -12,7 +12,8 @@
 # PYTHON=... VENV=... DJANGO='django>=6,<6.1' picks another interpreter and Django;
 # REQUIRE_POSTGRES=1 fails instead of skipping when PostgreSQL is unreachable (CI);
 # SKIP_POSTGRES=1 runs SQLite only; SYSTEM_MARK=django_version runs only the system tests marked so (CI's
-# Django 6 pass, .ci/run says why).
+# Django 6 pass, .ci/run says why); SYSTEM_PATHS='tests/system/test_load.py' runs only those of the system
+# tier.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -33,8 +34,11 @@ SQLITE_ENV := env -u DATABASE_URL $(TEST_ENV)
 # (make test-all). The two tiers together are pytest's testpaths.
 TIER ?= fast
 FAST_PATHS := tests/unit tests/integration tests/conformance example_project
-# --durations: the slowest system tests are named in every run, where CI time goes.
-SYSTEM_ARGS := $(if $(SYSTEM_MARK),-m $(SYSTEM_MARK)) --durations=15 tests/system
+# SYSTEM_PATHS: what of the system tier a pass runs, as pytest's arguments (CI runs the PostgreSQL pass in
+# two parts at once, .ci/run says why). --durations: the slowest system tests are named in every run,
+# where CI time goes.
+SYSTEM_PATHS ?= tests/system
+SYSTEM_ARGS := $(if $(SYSTEM_MARK),-m $(SYSTEM_MARK)) --durations=15 $(SYSTEM_PATHS)
 SYSTEM_TITLE := the system tier$(if $(SYSTEM_MARK), (the tests marked $(SYSTEM_MARK)))
 
 .PHONY: test test-all test-sqlite test-postgres chaos chaos-sqlite chaos-postgres demo demo-smoke clean bench dist docs chromium faketime

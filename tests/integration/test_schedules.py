@@ -380,6 +380,36 @@ def test_a_due_slot_costs_a_worker_that_does_not_create_it_one_statement(env, de
     assert slots_of("ticking") == [MONDAY + timedelta(seconds=1), MONDAY + timedelta(seconds=2)]
 
 
+def test_a_timer_the_loop_slept_until_is_claimed_without_reading_it_again(env):
+    from django_workflows.shared import changes
+
+    worker = quiet_worker()
+    # The database's own watcher (SQLite's files, PostgreSQL's LISTEN), which tells the loop of every
+    # new wake time: built without a query, and not waited on here.
+    worker.wake_watcher = changes.watcher(connection.alias, changes.WAKE_CHANNEL, 1.0)
+    assert worker.wake_watcher.kind != "polling"
+    sleeper = workflows.get("sleeper").create(params={})
+    env.run_until_idle()
+    with CaptureQueriesContext(connection) as ctx:
+        worker.run_once()  # reads the wake time, an hour ahead: nothing is due
+    assert len(statements(ctx)) == 1
+    env.clock.advance(timedelta(hours=1))
+    with CaptureQueriesContext(connection) as ctx:
+        worker.run_once()
+    sent = statements(ctx)
+    # The claim first: no read of the wake time before it. Then the next wake time, and the heartbeat.
+    assert "AS due_0" in sent[0], sent
+    assert len(sent) == 3, sent
+    assert Instance.objects.get(pk=sleeper.pk).status == "queued"
+    # A polling loop is told of nothing, and reads the wake time at every look, as before.
+    polling = quiet_worker()
+    polling.run_once()
+    env.clock.advance(timedelta(seconds=1))
+    with CaptureQueriesContext(connection) as ctx:
+        polling.run_once()
+    assert "AS due_0" not in statements(ctx)[0]
+
+
 def test_the_qcluster_tick_creates_due_slots(env, define):
     define("ticked", ["* * * * *"])
     dispatch.tick()

@@ -160,8 +160,7 @@ class Worker:
         schedule_due = self.scheduler.next_due is not None and self.scheduler.next_due <= now
         # Told of every new wake time, the loop knows that the one it slept until has come: it claims
         # at once, without reading it again first (a statement less between a timer and its replay).
-        told = self.wake_watcher.kind != "polling"
-        next_wake = self.next_wake(now, interval, reuse=schedule_due or told, come_too=told)
+        next_wake = self.next_wake(now, interval, reuse=schedule_due, come=self.wake_watcher.kind != "polling")
         woken = 0
         if next_wake is not None and next_wake <= now:
             woken = wake_due(now)
@@ -182,14 +181,16 @@ class Worker:
                 interval = min(interval, (moment - clock.now()).total_seconds())
         return max(0.0, interval)
 
-    def next_wake(self, now: datetime, interval: float, reuse: bool, come_too: bool = False) -> datetime | None:
-        """The earliest wake time (one indexed query). A look that may (``reuse``) takes the last reading
-        instead, if it is younger than ``interval``, the watcher reported no change since, and it is still
-        ahead, or (``come_too``) has come: so a due slot costs the loop no statement of its own, nor does
-        a wake time it slept until."""
-        if reuse and self._wake_read is not None:
+    def next_wake(self, now: datetime, interval: float, reuse: bool, come: bool = False) -> datetime | None:
+        """The earliest wake time (one indexed query). The last reading is taken instead, if it is younger
+        than ``interval`` and the watcher reported no change since, by a wake-up for a schedule alone
+        (``reuse``) while it is still ahead, and (``come``) once it has come: so a due slot costs the loop
+        no statement of its own, nor does a wake time it slept until (the claim that follows takes all
+        that is due, whatever the reading said)."""
+        if self._wake_read is not None:
             value, read_at = self._wake_read
-            if time.monotonic() - read_at < interval and (value is None or value > now or come_too):
+            if time.monotonic() - read_at < interval and (
+                    (reuse and (value is None or value > now)) or (come and value is not None and value <= now)):
                 return value
         value = next_wake_time()
         self._wake_read = (value, time.monotonic())

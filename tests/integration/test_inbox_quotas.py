@@ -172,3 +172,17 @@ def test_senders_at_once_never_store_more_than_the_quota(workflows_env, settings
         thread.join()
     assert sorted(outcomes) == ["sender"] * 19 + ["stored"] * 5
     assert Event.objects.filter(sender="api:mallory").count() == 5
+
+
+def test_a_refusal_whose_events_went_meanwhile_still_names_a_quota(workflows_env):
+    # The INSERT found the inbox full; an event discarded before the recount (the admin's discard locks
+    # the events, not the instance) leaves none reached: the nearest is named, not an error (a 500).
+    from django_workflows.store import inbox
+
+    handle = workflows.get("awaiter").create(id="emptied")
+    workflows_env.run_until_idle()
+    pk = Instance.objects.get(instance_id="emptied").pk
+    Event.objects.create(instance_id=pk, type="noise", sender="api:mallory", received_at=workflows_env.now)
+    reached = inbox._refusal(pk, "api:mallory", "noise", [("sender", 3), ("type", 2), ("total", 10)])
+    assert reached == inbox.QuotaReached("type", 2)
+    assert handle.status()["status"] == "waiting"

@@ -43,6 +43,13 @@ def _on_postgresql(operation, schema_editor) -> bool:
     return True
 
 
+def _model_to_migrate(operation, app_label, schema_editor, state):
+    """The operation's model as ``state`` has it, or None where the database router keeps the model off
+    this database."""
+    model = state.apps.get_model(app_label, operation.model_name)
+    return model if operation.allow_migrate_model(schema_editor.connection.alias, model) else None
+
+
 def _catalog_says(schema_editor, sql: str, params) -> bool:
     """Whether the catalog holds what ``sql`` looks for. ``sqlmigrate`` prints every statement, as
     for a database that holds none of it yet."""
@@ -87,24 +94,33 @@ def _constraint_name(schema_editor, table: str, column: str, kind: str) -> str:
     return name
 
 
-class AddIndexConcurrentlyOnPostgreSQL(AddIndexOnce):
+class _ConcurrentlyOnPostgreSQL:
+    """An operation whose forwards is its own on PostgreSQL (``forwards_on_postgresql``) and the plain
+    operation's elsewhere; nothing where the database router keeps the model off the database."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
+            return
+        if _on_postgresql(self, schema_editor):
+            self.forwards_on_postgresql(model, schema_editor, from_state)
+        else:
+            super().database_forwards(app_label, schema_editor, from_state, to_state)  # type: ignore[misc]
+
+    def forwards_on_postgresql(self, model, schema_editor, from_state) -> None:
+        raise NotImplementedError
+
+
+class AddIndexConcurrentlyOnPostgreSQL(_ConcurrentlyOnPostgreSQL, AddIndexOnce):
     """``AddIndex``, built with ``CREATE INDEX CONCURRENTLY`` on PostgreSQL: a plain ``CREATE INDEX``
     stops every write to the table while it reads the whole table and sorts it."""
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
-            return
-        if not _on_postgresql(self, schema_editor):
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-            return
+    def forwards_on_postgresql(self, model, schema_editor, from_state) -> None:
         _drop_invalid_index(schema_editor, self.index.name)
         if not _index_is(schema_editor, self.index.name, valid=True):
             schema_editor.add_index(model, self.index, concurrently=True)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := _model_to_migrate(self, app_label, schema_editor, from_state)) is None:
             return
         if _on_postgresql(self, schema_editor):
             schema_editor.remove_index(model, self.index, concurrently=True)
@@ -118,8 +134,7 @@ class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
     migration's last statement, an index build maybe."""
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := _model_to_migrate(self, app_label, schema_editor, from_state)) is None:
             return
         index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
         if _on_postgresql(self, schema_editor):
@@ -128,8 +143,7 @@ class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
             schema_editor.remove_index(model, index)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
             return
         index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
         if not _on_postgresql(self, schema_editor):
@@ -140,7 +154,7 @@ class RemoveIndexConcurrentlyOnPostgreSQL(migrations.RemoveIndex):
             schema_editor.add_index(model, index, concurrently=True)
 
 
-class AddFieldConcurrentlyOnPostgreSQL(AddFieldOnce):
+class AddFieldConcurrentlyOnPostgreSQL(_ConcurrentlyOnPostgreSQL, AddFieldOnce):
     """``AddField`` of a column to a populated table. On PostgreSQL the column is added bare, which is a
     catalog change when it is nullable or has a constant default, and then:
 
@@ -157,16 +171,9 @@ class AddFieldConcurrentlyOnPostgreSQL(AddFieldOnce):
     are not handled: no migration of the app adds one to a populated table.
     """
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
-            return
-        if not _on_postgresql(self, schema_editor):
-            # SQLite copies the table into a new one for a unique or NOT NULL column: AddFieldOnce's
-            # one transaction keeps the copy whole, which the non-atomic migration does not.
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-            return
-
+    # Elsewhere, SQLite copies the table into a new one for a unique or NOT NULL column: AddFieldOnce's one
+    # transaction keeps the copy whole, which the non-atomic migration does not.
+    def forwards_on_postgresql(self, model, schema_editor, from_state) -> None:
         field = model._meta.get_field(self.name)
         if field.remote_field or (field.db_index and not field.unique):
             raise NotImplementedError(f"{self.__class__.__name__} does not add relations or indexed columns.")
@@ -180,7 +187,7 @@ class AddFieldConcurrentlyOnPostgreSQL(AddFieldOnce):
             bare.db_check = lambda connection: None
             if not self.preserve_default:
                 bare.default = self.field.default
-            schema_editor.add_field(from_state.apps.get_model(app_label, self.model_name), bare)
+            schema_editor.add_field(from_state.apps.get_model(model._meta.app_label, self.model_name), bare)
 
         if field.unique:
             name = _constraint_name(schema_editor, table, column, "key")
@@ -232,8 +239,7 @@ class DropLikeIndexOnPostgreSQL(Operation):
         pass
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
             return
         if not _on_postgresql(self, schema_editor):
             return
@@ -269,18 +275,12 @@ class DropLikeIndexOnPostgreSQL(Operation):
         return f"drop_{self.model_name.lower()}_{self.name.lower()}_like_index"
 
 
-class AddConstraintConcurrentlyOnPostgreSQL(AddConstraintOnce):
+class AddConstraintConcurrentlyOnPostgreSQL(_ConcurrentlyOnPostgreSQL, AddConstraintOnce):
     """``AddConstraint`` of a partial ``UniqueConstraint`` (one with a ``condition``), which Django makes a
     unique index: built ``CONCURRENTLY`` on PostgreSQL, where a plain ``CREATE UNIQUE INDEX`` stops every
     write to the table while it reads the whole table."""
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
-            return
-        if not _on_postgresql(self, schema_editor):
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-            return
+    def forwards_on_postgresql(self, model, schema_editor, from_state) -> None:
         if not isinstance(self.constraint, models.UniqueConstraint) or self.constraint.condition is None:
             raise NotImplementedError(f"{self.__class__.__name__} adds partial unique constraints only.")
         _drop_invalid_index(schema_editor, self.constraint.name)
@@ -293,8 +293,7 @@ class AddConstraintConcurrentlyOnPostgreSQL(AddConstraintOnce):
         schema_editor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {sql[len(prefix):]}")
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
             return
         if _on_postgresql(self, schema_editor):
             schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.constraint.name)}")
@@ -325,8 +324,7 @@ class ReplaceCheckConstraint(Operation):
     def _replace(self, app_label, schema_editor, from_state, to_state):
         old = from_state.models[app_label, self.model_name.lower()].get_constraint_by_name(self.constraint.name)
         new = to_state.models[app_label, self.model_name.lower()].get_constraint_by_name(self.constraint.name)
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
             return
         if not _on_postgresql(self, schema_editor):
             with transaction.atomic(using=schema_editor.connection.alias):

@@ -65,16 +65,15 @@ class _Meter:
 
 
 class DoSteps:
-    """The replay's side of ``step.do``. Given the host, the cursor (a row written for a new step is
-    noted there), the undos (a step that succeeds with one is remembered), the replay's span (each
-    attempt's is its child) and the largest result a step may journal."""
+    """The replay's side of ``step.do``. Given the host (whose span, if it records, is each attempt's
+    parent), the cursor (a row written for a new step is noted there), the undos (a step that succeeds
+    with one is remembered) and the largest result a step may journal."""
 
-    __slots__ = ("host", "cursor", "undos", "span", "result_limit")
+    __slots__ = ("host", "cursor", "undos", "result_limit")
 
-    def __init__(self, host: StepHost, cursor: JournalCursor, undos: rollbacks.UndoSteps, span: Any,
-                 result_limit: int):
+    def __init__(self, host: StepHost, cursor: JournalCursor, undos: rollbacks.UndoSteps, result_limit: int):
         self.host, self.cursor, self.undos = host, cursor, undos
-        self.span, self.result_limit = span, result_limit
+        self.result_limit = result_limit
 
     def do(self, name: str, fn: Callable[..., Any], config: dict[str, Any] | None) -> object:
         answered, outcome = self.begin_do(name, fn, config)
@@ -129,7 +128,7 @@ class DoSteps:
             body = functools.partial(body, ctx=rollbacks.step_context(pending.name, pending.key, number,
                                                                       pending.policy))
         meter = _Meter()
-        span = None if self.span is None else telemetry.start_attempt(self.span, host.instance, pending.key,
+        span = None if host.span is None else telemetry.start_attempt(host.span, host.instance, pending.key,
                                                                       pending.name, number)
         writer = host.writer
         lease = writer.lease

@@ -56,9 +56,9 @@ from django_workflows.signals import replay_finished, replay_started
 from django_workflows.engine.step import WorkflowStep
 from django_workflows.engine.step_host import Attempt
 from django_workflows.engine.step_rows import StepRows
-from django_workflows.store import instance_rows, leases
+from django_workflows.store import leases
 from django_workflows.store.holders import holder
-from django_workflows.store.lease_keeper import keeper
+from django_workflows.store.lease_keeper import keeper, take_held
 from django_workflows.store.journal import Entry, JournalWriter, wake_sleeps_and_load
 from django_workflows.foundations.validation import validate_step_name
 from django_workflows.engine.waits import WaitSteps
@@ -74,7 +74,7 @@ def replay(instance_pk: int) -> bool:
     UPDATE that takes the lease lets one through, and the others return at once. An instance this thread
     created holding the lease (an inline create(), ``instance_rows``) has it taken already.
     """
-    if (held := instance_rows.take_held(instance_pk)) is not None:
+    if (held := take_held(instance_pk)) is not None:
         claim: leases.Claim | None = held.claim
         taken, now = held.taken, held.now
     else:
@@ -146,7 +146,7 @@ class Replay:
         self.report.alias = self.writer.alias if self.writer.in_caller_transaction else None
         self.cursor = JournalCursor(step_limit=workflow_settings.STEP_LIMIT)
         self.costs = ReplayCosts()
-        self.endings = Endings(instance, self.writer, self.report, self.costs)
+        self.endings = Endings(self)
         # Remembered, so the instance is errored even if run() catches it.
         self.fatal: WorkflowError | None = None
         # The suspension a step asked for: a bare ``except:`` in run() may swallow it, but every later
@@ -163,12 +163,12 @@ class Replay:
         # deeper sits in a transaction run() opened, which a suspension would roll back.
         self.atomic_depth = 0
         self.running_step: str | None = None
-        # The collaborators, one per kind of step. The replay's OpenTelemetry span, if it records (None
-        # with telemetry off, with no SDK configured, or when the sampler dropped it), is each step
-        # attempt's parent.
+        # The replay's OpenTelemetry span, if it records (None with telemetry off, with no SDK configured,
+        # or when the sampler dropped it): each step attempt's parent.
+        self.span = span if span is not None and span.is_recording() else None
+        # The collaborators, one per kind of step.
         self.undos = UndoSteps(self)
-        self.steps = DoSteps(self, self.cursor, self.undos, span if span is not None and span.is_recording() else None,
-                             workflow_settings.MAX_STEP_RESULT_SIZE)
+        self.steps = DoSteps(self, self.cursor, self.undos, workflow_settings.MAX_STEP_RESULT_SIZE)
         self.waits = WaitSteps(self)
         self.children = ChildSteps(self, self.waits)
         self.markers = MarkerWriter(self, self.cursor)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import DatabaseError
 
@@ -39,15 +39,25 @@ ABANDON_PAUSES = (0.0, 0.5, 2.0)
 UNREGISTERED_RECHECK = timedelta(seconds=30)
 
 
+class EndingReplay(Protocol):
+    """What ending a replay reads of it: its instance, the writer of its journal rows (fenced by its
+    epoch), its lifecycle's reporter and its costs so far."""
+
+    instance: leases.Claim
+    writer: JournalWriter
+    report: lifecycle.Reporter
+    costs: ReplayCosts
+
+
 class Endings:
-    """The ways a replay of ``instance`` ends, given its writer, reporter and costs. Notes, for the
-    replay's signals and span, when the lease was released and what ended the replay in error."""
+    """The ways a replay ends. Notes, for the replay's signals and span, when the lease was released and
+    what ended the replay in error."""
 
     __slots__ = ("instance", "writer", "report", "costs", "released", "failure")
 
-    def __init__(self, instance: leases.Claim, writer: JournalWriter, report: lifecycle.Reporter,
-                 costs: ReplayCosts):
-        self.instance, self.writer, self.report, self.costs = instance, writer, report, costs
+    def __init__(self, replay: EndingReplay):
+        self.instance, self.writer = replay.instance, replay.writer
+        self.report, self.costs = replay.report, replay.costs
         # Wall-clock time just before the write that releases the lease, for replay_finished.
         self.released: float | None = None
         # What ended the replay in error (the instance's error, or a failed statement), for its span.

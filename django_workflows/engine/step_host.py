@@ -31,6 +31,9 @@ class StepHost(Protocol):
     writer: JournalWriter
     report: Reporter
     started_at: datetime | None
+    # The replay's OpenTelemetry span while it records (None with telemetry off, with no SDK configured,
+    # or when the sampler dropped it): each step attempt's span is its child.
+    span: Any
     # The key of the step whose body is running: no step may be called from inside it, and the engine
     # must not touch the journal until it returns (its timeout may interrupt it).
     running_step: str | None

@@ -12,14 +12,13 @@ first lease of the instance), the expiry ``LEASE_SECONDS`` from the database's c
 ``running`` and the first start noted. It is taken only for an instance that ``leases.take`` would have
 let through at once: of a workflow registered here without limits, in a queue this process serves, and
 with no queued instance of its queue that it would give way to (checked by the INSERT itself). The
-claim is kept for this thread's next replay of the instance (``take_held``), which then runs without
+claim is kept for this thread's next replay of the instance (``lease_keeper.take_held``), which then runs without
 taking the lease again; the lease keeper renews it from then on, as any other. Should the replay never
 come (the process dies), the lease expires and the sweeper takes the instance over, as after any crash.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +31,9 @@ from django.db.models import DateTimeField, DurationField, JSONField
 from django_workflows.shared import options, routing
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus
-from django_workflows.store import literals, prepared
+from django_workflows.store import lease_keeper, literals, prepared
 from django_workflows.store.literals import Varying
+from django_workflows.store.lease_keeper import Held
 from django_workflows.store.leases import Claim
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
     if row is None:
         return False
     _saved(instance, row[0], alias)
-    _local.held[instance.pk] = Held(_claim(instance), taken, now)
+    lease_keeper.note_held(Held(_claim(instance), taken, now))
     return True
 
 
@@ -184,31 +184,3 @@ def _claim(instance: Instance) -> Claim:
                  limit_key=instance.limit_key, queue=instance.queue, priority=instance.priority)
 
 
-@dataclass(frozen=True)
-class Held:
-    """A lease its instance was created holding: the claim, when it was taken (monotonic, for the lease
-    keeper) and the database's time it was taken at."""
-
-    claim: Claim
-    taken: float
-    now: datetime
-
-
-class _Local(threading.local):
-    def __init__(self) -> None:
-        self.held: dict[int, Held] = {}
-
-
-_local = _Local()
-
-
-def take_held(instance_pk: int) -> Held | None:
-    """The lease this thread created the instance holding, for its replay to run under; None if there is
-    none (the replay takes the lease as ever)."""
-    return _local.held.pop(instance_pk, None)
-
-
-def forget_held(instance_pk: int) -> None:
-    """Drop a held lease whose replay will not run here (the executor failed to run it): the lease
-    expires unrenewed and the sweeper takes the instance over."""
-    _local.held.pop(instance_pk, None)

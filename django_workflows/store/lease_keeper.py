@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from django_workflows.models import Instance, InstanceStatus
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
+
+    from django_workflows.store.leases import Claim
 
 
 class Lease:
@@ -162,6 +165,42 @@ class LeaseKeeper:
 
 
 keeper = LeaseKeeper()
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lease its instance was created holding (``instance_rows.insert_holding``): the claim, when it was
+    taken (monotonic, for the keeper) and the database's time it was taken at."""
+
+    claim: Claim
+    taken: float
+    now: datetime
+
+
+class _Created(threading.local):
+    def __init__(self) -> None:
+        self.held: dict[int, Held] = {}
+
+
+# The leases this thread created instances holding, until its replay of each takes its own.
+_created = _Created()
+
+
+def note_held(held: Held) -> None:
+    """Keep the lease a new instance was created holding for this thread's replay of it (``take_held``)."""
+    _created.held[held.claim.pk] = held
+
+
+def take_held(instance_pk: int) -> Held | None:
+    """The lease this thread created the instance holding, for its replay to run under; None if there is
+    none (the replay takes the lease as ever)."""
+    return _created.held.pop(instance_pk, None)
+
+
+def forget_held(instance_pk: int) -> None:
+    """Drop a held lease whose replay will not run here (the executor failed to run it): the lease
+    expires unrenewed and the sweeper takes the instance over."""
+    _created.held.pop(instance_pk, None)
 
 
 def _renew_inside_a_body(lease: Lease, expires: datetime, marked: dict[str, datetime | None]) -> int | None:

@@ -20,7 +20,7 @@ from django_workflows.shared.error_journal import describe_error
 from django_workflows.errors import InstanceTerminated
 from django_workflows.executors import enqueue, enqueue_many, get_executor
 from django_workflows.models import Event, Instance, InstanceStatus, ParentEndPolicy, Step
-from django_workflows.store import children, instance_rows, retention
+from django_workflows.store import children, instance_rows, lease_keeper, retention
 from django_workflows.store.holders import holder
 from django_workflows.store import tags as instance_tags
 from django_workflows.shared.transitions import PAUSE, TERMINATE
@@ -61,7 +61,7 @@ def insert(instance: Instance, tags: Mapping[str, str] | None = None) -> None:
             enqueue(instance.pk)
         finally:
             # Held for a replay that did not take it (the executor failed): it expires unrenewed.
-            instance_rows.forget_held(instance.pk)
+            lease_keeper.forget_held(instance.pk)
 
 
 def insert_child(child: Instance, parent_epoch: int) -> int | None:

@@ -4,24 +4,20 @@ checked as ``django_workflows.client.starts`` checks them, so that a 400 names t
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from django_workflows.api.duration_fields import RequestDuration
 from django_workflows.api.input_fields import RejectUnknownFields, StrictCharField
 from django_workflows.errors import InvalidParams
 from django_workflows.client.starts import MAX_DEBOUNCE_KEY, read_debounce, read_duration
 
 
 @extend_schema_field({"oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "example": "10 minutes"}]})
-class StartDelayField(serializers.Field):
+class StartDelayField(RequestDuration):
     """A duration: milliseconds, or "N unit(s)" ("10 minutes"), checked as create() checks it."""
 
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, (int, float, str)):
-            raise serializers.ValidationError(
-                f"Expected milliseconds or a string such as '10 minutes', got {type(data).__name__}.", code="invalid")
-        try:
-            read_duration(data, self.field_name)
-        except InvalidParams as exc:
-            raise serializers.ValidationError(str(exc), code="invalid") from None
-        return data
+    example = "10 minutes"
+
+    def check(self, data) -> None:
+        read_duration(data, self.field_name)
 
 
 class DebounceSerializer(RejectUnknownFields, serializers.Serializer):

@@ -41,12 +41,12 @@ def clock() -> Any:
 
 
 def replay(*args, **kwargs):
-    return _first("replay", "django_workflows.engine.replay", "django_workflows.engine.replay",
+    return _first("replay", "django_workflows.engine.replay", "django_workflows.replay",
                   "django_workflows.engine")(*args, **kwargs)
 
 
 def default_policy():
-    return _first("default_policy", "django_workflows.engine.policy", "django_workflows.engine.policy",
+    return _first("default_policy", "django_workflows.engine.policy", "django_workflows.policy",
                   "django_workflows.engine")()
 
 

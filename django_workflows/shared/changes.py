@@ -109,6 +109,7 @@ class FileWatcher(ChangeWatcher):
         self.last = self._signature()
         self.followed_up_at = float("-inf")  # monotonic time of the last follow_up()
         self.changed_at = float("-inf")  # monotonic time of the last change seen
+        self.looked_at = float("-inf")  # monotonic time of the last look at the files
 
     def close(self) -> None:
         if self._pin is not None:
@@ -139,18 +140,28 @@ class FileWatcher(ChangeWatcher):
         return self.interval
 
     def wait(self, timeout: float) -> bool:
+        """Whether the files changed, looked at an interval (``interval_at``) after the last look, within
+        ``timeout`` seconds. The interval counts from the last look, not from the call: a reader that
+        handles a change and is back at once would otherwise look again at once, find the commits made
+        meanwhile (its own replays', on a busy worker every few milliseconds), and go round again without
+        a pause, querying the database at each turn."""
         deadline = time.monotonic() + timeout
         while True:
-            signature = self._signature()
             now = time.monotonic()
+            pause = self.looked_at + self.interval_at(now) - now
+            if pause > 0:
+                if now + pause > deadline:
+                    time.sleep(max(deadline - now, 0.0))
+                    return False
+                time.sleep(pause)
+            signature = self._signature()
+            self.looked_at = now = time.monotonic()
             if signature != self.last:
                 self.last = signature
                 self.changed_at = now
                 return True
-            left = deadline - now
-            if left <= 0:
+            if now >= deadline:
                 return False
-            time.sleep(min(self.interval_at(now), left))
 
 
 class NotifyWatcher(ChangeWatcher):

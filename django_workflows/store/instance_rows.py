@@ -20,13 +20,14 @@ come (the process dies), the lease expires and the sweeper takes the instance ov
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connections
 from django.db.models import DateTimeField, DurationField, JSONField
+from django.db.models.constants import OnConflict
 
 from django_workflows.shared import options, routing
 from django_workflows.shared.definition import registry
@@ -49,6 +50,11 @@ class _Shape:
     prepare: tuple[Callable[[Any], Any] | None, ...]
     plain: str
     holding: str
+    # Several rows at once, a row whose id its workflow has already skipped: the statement up to its
+    # VALUES, what follows them, and how many rows one statement takes (the database's limit on parameters).
+    many: str
+    ignoring: str
+    rows_at_most: int
 
 
 _shapes: dict[str, _Shape] = {}
@@ -98,11 +104,15 @@ def _build(connection: BaseDatabaseWrapper) -> _Shape:
         f"INSERT INTO {table} ({columns}) SELECT {placeholders} WHERE NOT EXISTS (SELECT 1 FROM {table} b "
         "WHERE b.queue = %s AND b.priority > %s AND b.turn_at < %s AND b.status = %s{scope}) RETURNING id"
     )
+    most = connection.features.max_query_params
     return _Shape(
         attnames=tuple(field.attname for field in fields),
         prepare=tuple(_preparer(field, connection) for field in fields),
         plain=f"INSERT INTO {table} ({columns}) VALUES ({placeholders}) RETURNING id",
         holding=holding,
+        many=f"{ops.insert_statement(on_conflict=OnConflict.IGNORE)} {table} ({columns}) VALUES ",
+        ignoring=f" {ignoring}" if (ignoring := ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)) else "",
+        rows_at_most=max(1, most // len(fields)) if most else 100,
     )
 
 
@@ -126,6 +136,23 @@ def insert(instance: Instance, alias: str) -> None:
         cursor.execute(shape.plain, _values(shape, instance))
         pk = cursor.fetchone()[0]
     _saved(instance, pk, alias)
+
+
+def insert_new(instances: Sequence[Instance], alias: str) -> None:
+    """Insert those of the new ``instances`` whose ids their workflows do not have yet, skipping the
+    others (no error), without setting their pks: one INSERT of as many rows as the database takes
+    parameters for, each row's values read as ``insert`` reads them. ``bulk_create`` compiled the
+    statement and prepared every field of every row through Django's generic machinery: 70 % of a
+    ``create_batch()`` of 100 on SQLite."""
+    if not instances:
+        return
+    shape = _shape(alias)
+    row = f"({', '.join(['%s'] * len(shape.attnames))})"
+    with prepared.cursor(connections[alias]) as cursor:
+        for start in range(0, len(instances), shape.rows_at_most):
+            chunk = instances[start:start + shape.rows_at_most]
+            cursor.execute(f"{shape.many}{', '.join([row] * len(chunk))}{shape.ignoring}",
+                           [value for instance in chunk for value in _values(shape, instance)])
 
 
 def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, lease_seconds: float) -> bool:

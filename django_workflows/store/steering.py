@@ -117,7 +117,7 @@ def insert_batch(workflow_name: str, instances: list[Instance],
             .values_list("instance_id", flat=True)
         )
         new = [instance for instance in instances if instance.instance_id not in existing]
-        Instance.objects.bulk_create(new, ignore_conflicts=True)
+        instance_rows.insert_new(new, _alias())
         rows = dict(
             Instance.objects.for_workflow(workflow_name).filter(instance_id__in=ids)
             .values_list("instance_id", "pk")

@@ -6,12 +6,15 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.contenttypes.models import ContentType
+from django.db import connection
 from django.db.models.signals import post_init
+from django.test.utils import CaptureQueriesContext
 
-from django_workflows import workflows
+from django_workflows import executors, workflows
 from django_workflows.client.new_instances import new_instance, unsaved
 from django_workflows.models import Instance
 from django_workflows.shared import clock
+from django_workflows.testing import RecordingExecutor
 
 
 def _fields(row: Instance) -> dict:
@@ -66,3 +69,34 @@ def test_a_post_init_receiver_of_instance_runs_for_every_instance_created():
     finally:
         post_init.disconnect(receiver, sender=Instance)
     assert {"watched", "batched"} <= set(seen)
+
+
+@pytest.fixture
+def recorded():
+    """Replays recorded, not run: the instances stay queued."""
+    executors.push_override(RecordingExecutor())
+    yield
+    executors.pop_override()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("recorded")
+def test_a_batch_over_several_statements_stores_each_new_row_and_skips_the_ids_that_exist():
+    handle = workflows.get("returns-its-last-step")
+    handle.create(id="b-7", params={"old": True})
+    handle.create(id="b-40", params={"old": True})
+    with CaptureQueriesContext(connection) as queries:
+        created = handle.create_batch([{"id": f"b-{n}", "params": {"n": n}, "priority": n % 10,
+                                        "timeout": "1 day"} for n in range(60)])
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT") and "instance" in q["sql"]]
+    fields = len([f for f in Instance._meta.concrete_fields if not f.primary_key])
+    per_statement = (connection.features.max_query_params or 60 * fields) // fields
+    assert len(inserts) == -(-60 // per_statement)
+    assert [h.id for h in created] == [f"b-{n}" for n in range(60)]
+    rows = {row.instance_id: row for row in Instance.objects.filter(instance_id__startswith="b-")}
+    assert len(rows) == 60
+    assert rows["b-7"].params == rows["b-40"].params == {"old": True}
+    for n in (0, 23, 24, 25, 59):
+        row = rows[f"b-{n}"]
+        assert (row.params, row.priority, row.timeout, row.status) == ({"n": n}, n % 10, timedelta(days=1), "queued")
+        assert row.deadline == row.created_at + timedelta(days=1) and row.turn_at is not None

@@ -75,3 +75,18 @@ def test_the_wake_up_loop_and_a_woken_replay_write_their_statuses_in(workflows_e
         [(woke, params)] = executed.containing("ended_at = wake_at")
         assert "t.status = 'running'" in woke and "kind = 'sleep'" in woke, woke
         assert not {"running", "sleep", "waiting"} & {p for p in params if isinstance(p, str)}
+
+
+def test_the_next_wake_time_is_read_with_its_statuses_written_in(workflows_env):
+    from django_workflows.store.dispatch import next_wake_time
+
+    sleeper = workflows.get("sleeper").create(params={})
+    workflows_env.run_until_idle()
+    executed = Executed()
+    with connection.execute_wrapper(executed):
+        wake_at = next_wake_time()
+    assert wake_at == Instance.objects.get(pk=sleeper.pk).wake_at is not None
+    [(read, params)] = executed.statements
+    for status in ("waiting", "scheduled", "queued"):
+        assert f"status = '{status}' AND wake_at IS NOT NULL" in read, read
+    assert params == []

@@ -16,7 +16,7 @@ from django_workflows.shared import clock, workflow_access as access
 from django_workflows.admin.page_base import PageMixin, refuse_nul
 from django_workflows.admin.forms import DecisionForm
 from django_workflows.client.approvals import approval_awaited, awaiting_approval, decision_refused
-from django_workflows.models import InstanceStatus
+from django_workflows.models import Instance, InstanceStatus
 from django_workflows.templatetags.workflows_admin import readable_json
 
 APPROVALS_PER_PAGE = 50
@@ -58,11 +58,14 @@ class ApprovalQueue(PageMixin):
 
     @method_decorator(require_POST)
     def decide_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        instance = self._posted_instance(request, object_id, self.can_send_events)
-        form = DecisionForm(request.POST)
-        if not form.is_valid():
-            self._form_errors(request, form)
-        elif instance.status != InstanceStatus.WAITING or not instance.waiting_for:
+        instance, form = self._posted_form(request, object_id, DecisionForm)
+        if form is not None:
+            self._decide(request, instance, form)
+        return self._back(request, instance)
+
+    def _decide(self, request: HttpRequest, instance: Instance, form: DecisionForm) -> None:
+        """Send the decision ``form`` holds, if the instance still waits at its step for an approval."""
+        if instance.status != InstanceStatus.WAITING or not instance.waiting_for:
             self.message_user(
                 request,
                 f"Nothing was sent: {instance} is {instance.status}, not waiting for an event.",
@@ -96,4 +99,3 @@ class ApprovalQueue(PageMixin):
                 payload,
                 f"{form.cleaned_data['outcome'].capitalize()}: event {event_type!r}",
             )
-        return self._back(request, instance)

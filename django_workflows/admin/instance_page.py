@@ -237,11 +237,8 @@ class InstancePage(PageMixin):
 
     @method_decorator(require_POST)
     def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        instance = self._posted_instance(request, object_id, self.can_send_events)
-        form = SendEventForm(request.POST)
-        if not form.is_valid():
-            self._form_errors(request, form)
-        else:
+        instance, form = self._posted_form(request, object_id, SendEventForm)
+        if form is not None:
             self._send(
                 request,
                 instance,

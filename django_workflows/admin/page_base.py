@@ -4,10 +4,11 @@ context of a page of its own, and the path of every button (POST only, through t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
+from django.forms import Form
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.urls import reverse
@@ -100,6 +101,16 @@ class InstanceAdminBase(admin.ModelAdmin):
         ):
             target = reverse("admin:django_workflows_instance_change", args=[instance.pk])
         return HttpResponseRedirect(target)
+
+    def _posted_form(self, request: HttpRequest, object_id: str, form_class: type[Form]) -> tuple[Instance, Any]:
+        """The instance an event's form (a POST) is sent to, once the user may send it events, and the
+        form when it is valid; an invalid one is None, its errors made messages."""
+        instance = self._posted_instance(request, object_id, self.can_send_events)
+        form = form_class(request.POST)
+        if form.is_valid():
+            return instance, form
+        self._form_errors(request, form)
+        return instance, None
 
     def _form_errors(self, request, form) -> None:
         # The forms post from pages that cannot show them bound again; their errors become messages.

@@ -21,7 +21,7 @@ from django.db.models import F, Q
 
 from django_workflows.shared import processes, routing
 from django_workflows.foundations.conf import workflow_settings
-from django_workflows.models import Instance, InstanceStatus, WorkerHeartbeat
+from django_workflows.models import Instance, InstanceStatus, Step, WorkerHeartbeat
 from django_workflows.store import holders
 
 # Its messages are the worker's, under the logger name that operators' LOGGING settings know.
@@ -191,30 +191,32 @@ class ClusterWatch:
 
         Busy is what a replay does, not what a column says: one of the cluster's processes is inside a
         step body that runs within its timeout (its lease keeper, renewing the lease from inside the body,
-        marks ``progressed_at``, at least once a ``LEASE_SECONDS``), or replays took or gave back leases
-        since the probe was sent, within the last ``WEDGE_SECONDS`` (the probe waits in the queue behind a
-        backlog). A cluster whose every
-        worker is inside a ten-minute step answers the probe only when one of them is free, and must not
-        be killed for it. A live lease alone is not enough: a worker hung outside any step (at its exit,
-        on a lock of the task queue) may go on renewing one, and its cluster takes no task.
+        marks ``progressed_at``, at least once a ``LEASE_SECONDS``) or journaled a step lately, or replays
+        took or gave back leases since the probe was sent, within the last ``WEDGE_SECONDS`` (the probe
+        waits in the queue behind a backlog). A cluster whose every worker is inside a ten-minute step
+        answers the probe only when one of them is free, and must not be killed for it. A live lease alone
+        is not enough: a worker hung outside any step (at its exit, on a lock of the task queue) may go on
+        renewing one, and its cluster takes no task.
         """
         leased = (InstanceStatus.RUNNING, InstanceStatus.WAITING_FOR_PAUSE)
+        # Lately, not merely since the probe was sent: a replay that took its lease just after the probe
+        # and froze there, holding SQLite's write lock, leaves the probe unanswered for good, and would
+        # otherwise count as progress for ever.
+        lately = max(since, now - timedelta(seconds=workflow_settings.WEDGE_SECONDS))
         owners = [f"{holders.this_host()}:{pid}:" for pid in self.process.pids()]
         if owners:
             holding = Q()
             for owner in owners:
                 holding |= Q(lease_owner__startswith=owner)
-            inside_a_step = Instance.objects.filter(
-                holding, status__in=leased, lease_expires_at__gte=now,
-                progressed_at__gte=now - timedelta(seconds=workflow_settings.LEASE_SECONDS),
-            )
-            if inside_a_step.exists():
+            held = Instance.objects.filter(holding, status__in=leased, lease_expires_at__gte=now)
+            if held.filter(progressed_at__gte=now - timedelta(seconds=workflow_settings.LEASE_SECONDS)).exists():
                 return True
-        # A replay that took or gave back a lease lately (both write updated_at): the queue moves. Lately,
-        # not merely since the probe was sent: a replay that took its lease just after the probe and
-        # froze there, holding SQLite's write lock, leaves the probe unanswered for good, and would
-        # otherwise count as progress for ever.
-        lately = max(since, now - timedelta(seconds=workflow_settings.WEDGE_SECONDS))
+            # Or one of its replays journaled a step lately. A replay of many short steps may run for
+            # longer than WEDGE_SECONDS on a loaded machine, its lease taken once for all of them, with no
+            # renewal landing inside a body to mark progressed_at.
+            if Step.objects.filter(instance__in=held.values("pk"), ended_at__gte=lately).exists():
+                return True
+        # A replay that took or gave back a lease lately (both write updated_at): the queue moves.
         return Instance.objects.filter(updated_at__gte=lately).exclude(status=InstanceStatus.QUEUED).exists()
 
     def restart(self, wedged: bool = False) -> None:

@@ -40,3 +40,34 @@ def test_a_lease_taken_after_the_probe_but_long_ago_is_not(db, watch):
     now = clock.now()
     leased(seconds_ago=15)
     assert not watch.progressing(since=now - timedelta(seconds=20), now=now)
+
+
+def held_by_the_cluster(watch, monkeypatch, step_ended_seconds_ago: float) -> None:
+    """An instance whose replay, in one of the cluster's processes, took its lease a minute ago, marked no
+    progress from inside a body, and journaled a step that ended ``step_ended_seconds_ago``."""
+    from django_workflows.models import Step, StepKind, StepStatus
+    from django_workflows.store import holders
+
+    monkeypatch.setattr(watch.process, "pids", lambda: [4242])
+    now = clock.now()
+    instance = Instance.objects.create(
+        workflow_name="three-steps", instance_id="many-short-steps", params={}, status=InstanceStatus.RUNNING,
+        created_at=now - timedelta(minutes=2), updated_at=now - timedelta(minutes=1),
+        lease_owner=f"{holders.this_host()}:4242:x", lease_expires_at=now + timedelta(minutes=5))
+    ended = now - timedelta(seconds=step_ended_seconds_ago)
+    Step.objects.create(instance=instance, key="edge-92", name="edge", kind=StepKind.DO, status=StepStatus.FAILED,
+                        started_at=ended - timedelta(milliseconds=5), ended_at=ended)
+
+
+def test_a_step_its_replay_journaled_lately_is_progress(db, watch, monkeypatch):
+    # A replay of a hundred 5 ms steps on a loaded machine: its lease taken once, no renewal inside a body,
+    # yet a step journaled a second ago. Killing its cluster would run the replay again.
+    held_by_the_cluster(watch, monkeypatch, step_ended_seconds_ago=1)
+    now = clock.now()
+    assert watch.progressing(since=now - timedelta(seconds=20), now=now)
+
+
+def test_a_step_journaled_before_the_wedge_time_is_not(db, watch, monkeypatch):
+    held_by_the_cluster(watch, monkeypatch, step_ended_seconds_ago=10)
+    now = clock.now()
+    assert not watch.progressing(since=now - timedelta(seconds=20), now=now)

@@ -12,9 +12,10 @@ first lease of the instance), the expiry ``LEASE_SECONDS`` from the database's c
 ``running`` and the first start noted. It is taken only for an instance that ``leases.take`` would have
 let through at once: of a workflow registered here without limits, in a queue this process serves, and
 with no queued instance of its queue that it would give way to (checked by the INSERT itself). The
-claim is kept for this thread's next replay of the instance (``lease_keeper.take_held``), which then runs without
-taking the lease again; the lease keeper renews it from then on, as any other. Should the replay never
-come (the process dies), the lease expires and the sweeper takes the instance over, as after any crash.
+claim is kept for this thread's next replay of the instance (``lease_keeper.take_held``), which then
+runs without taking the lease again; the lease keeper renews it from then on, as any other. Should the
+replay never come (the process dies), the lease expires and the sweeper takes the instance over, as after
+any crash.
 """
 
 from __future__ import annotations
@@ -105,13 +106,14 @@ def _build(connection: BaseDatabaseWrapper) -> _Shape:
         "WHERE b.queue = %s AND b.priority > %s AND b.turn_at < %s AND b.status = %s{scope}) RETURNING id"
     )
     most = connection.features.max_query_params
+    ignoring = ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)
     return _Shape(
         attnames=tuple(field.attname for field in fields),
         prepare=tuple(_preparer(field, connection) for field in fields),
         plain=f"INSERT INTO {table} ({columns}) VALUES ({placeholders}) RETURNING id",
         holding=holding,
         many=f"{ops.insert_statement(on_conflict=OnConflict.IGNORE)} {table} ({columns}) VALUES ",
-        ignoring=f" {ignoring}" if (ignoring := ops.on_conflict_suffix_sql(fields, OnConflict.IGNORE, None, None)) else "",
+        ignoring=f" {ignoring}" if ignoring else "",
         rows_at_most=max(1, most // len(fields)) if most else 100,
     )
 

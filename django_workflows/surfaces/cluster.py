@@ -86,12 +86,30 @@ class ClusterProcess:
         # connections, or closing theirs would close ours at the server.
         connections.close_all()
         _cluster_dies_with_its_parents()
-        handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+        handlers = {signal.SIGTERM: signal.getsignal(signal.SIGTERM),
+                    signal.SIGINT: signal.getsignal(signal.SIGINT)}
+
+        class WorkersCluster(Cluster):
+            """django-q2's Cluster, whose signal handlers are the worker's.
+
+            Its constructor installs its own, which stop a sentinel it has not started yet: a stop asked
+            for between that and the worker's handlers put back (an operator's Ctrl-C as the worker starts,
+            or a deploy's SIGTERM) raised out of the constructor and ended the command with its heartbeat
+            left behind. Forwarded, the signal is the worker's stop, whenever it comes.
+            """
+
+            def sig_handler(self, signum: int, frame: Any) -> None:
+                handler = handlers[signal.Signals(signum)]
+                if callable(handler):
+                    handler(signum, frame)
+                elif handler == signal.SIG_DFL:
+                    signal.signal(signum, handler)
+                    signal.raise_signal(signum)
+
         served = routing.served()
-        self.cluster = Cluster(broker=None if served is None else queue_broker.for_queues(served))
-        # django-q2's Cluster installs its own handlers; the worker's come first.
-        signal.signal(signal.SIGTERM, handlers[0])
-        signal.signal(signal.SIGINT, handlers[1])
+        self.cluster = WorkersCluster(broker=None if served is None else queue_broker.for_queues(served))
+        signal.signal(signal.SIGTERM, handlers[signal.SIGTERM])
+        signal.signal(signal.SIGINT, handlers[signal.SIGINT])
         self.cluster.start()
 
     @property

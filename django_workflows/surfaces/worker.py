@@ -84,15 +84,15 @@ class Worker:
         # With OpenTelemetry on, this process reports how many instances are queued.
         telemetry.observe_queue_depth()
         self.register()
-        if self.cluster:
-            try:
-                self.cluster.start()
-            except RuntimeError:
-                # django-q2 raises when the sentinel dies while starting: the watch starts it again.
-                logger.exception("The django-q2 cluster failed to start; starting it again shortly.")
-        self.wake_watcher = changes.watcher(router.db_for_read(Instance), changes.WAKE_CHANNEL,
-                                            workflow_settings.WAKE_INTERVAL)
         try:
+            if self.cluster:
+                try:
+                    self.cluster.start()
+                except RuntimeError:
+                    # django-q2 raises when the sentinel dies while starting: the watch starts it again.
+                    logger.exception("The django-q2 cluster failed to start; starting it again shortly.")
+            self.wake_watcher = changes.watcher(router.db_for_read(Instance), changes.WAKE_CHANNEL,
+                                                workflow_settings.WAKE_INTERVAL)
             while not self.stop_event.is_set():
                 if self.max_seconds is not None and time.monotonic() - self.started >= self.max_seconds:
                     break

@@ -286,6 +286,43 @@ def test_a_cluster_whose_sentinel_dies_while_starting_is_started_again(monkeypat
 
 
 @pytest.mark.django_version
+def test_a_stop_asked_for_while_the_cluster_is_being_built_stops_the_worker_cleanly(monkeypatch, settings):
+    """The operator's Ctrl-C (or a deploy's SIGTERM) reaching the worker just as django-q2's Cluster puts
+    its own signal handlers in, before the worker's are back: the worker stops as asked, the cluster it
+    started is stopped, and its heartbeat goes with it."""
+    from django_q import cluster as q2_cluster
+
+    from django_workflows.surfaces import worker as worker_module
+
+    install = signal.signal
+    sent = []
+
+    def installing(signum, handler):
+        previous = install(signum, handler)
+        if signum == signal.SIGINT and isinstance(getattr(handler, "__self__", None), q2_cluster.Cluster):
+            sent.append(signum)
+            os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode, by the handler now in
+        return previous
+
+    settings.DJANGO_WORKFLOWS = {"SWEEP_INTERVAL": 0.1, "WAKE_INTERVAL": 0.1}
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    worker = worker_module.Worker(workers=1, max_seconds=20.0)
+    monkeypatch.setattr(signal, "signal", installing)
+    try:
+        worker.run()
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+        worker.cluster.kill()
+    assert sent == [signal.SIGINT]
+    assert worker.signals == 1  # the worker's handler took it
+    assert time.monotonic() - worker.started < 15  # it stopped on the signal, not at max_seconds
+    assert not worker.cluster.process.alive
+    assert not WorkerHeartbeat.objects.filter(worker_id=worker.worker_id).exists()
+
+
+@pytest.mark.django_version
 def test_health_check_reads_the_heartbeat(start_worker):
     from django.core.management import call_command
 

@@ -9,6 +9,7 @@ Nothing is read at import time; the cache is dropped whenever Django's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -175,6 +176,13 @@ class WorkflowSettings:
         if serializer is None:
             serializer = self._cache["SERIALIZER made"] = self.import_string("SERIALIZER")()
         return serializer
+
+    def derived(self, key: str, make: Callable[[], Any]) -> Any:
+        """A value worked out from the settings (a parsed duration), made once until they change."""
+        key = f"{key} derived"
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     def reload(self) -> None:
         self._cache.clear()

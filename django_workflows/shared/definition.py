@@ -160,6 +160,7 @@ class Registry:
         self.import_errors: dict[str, str] = {}
         # One more at each register and unregister: what is derived from the classes is kept until it moves.
         self.generation = 0
+        self._names: tuple[int, tuple[str, ...]] = (-1, ())
 
     def register(self, cls: type[WorkflowEntrypoint]) -> None:
         # Keyed by where the class was defined, so re-importing a module
@@ -179,7 +180,10 @@ class Registry:
         return list(self._by_origin.values())
 
     def names(self) -> list[str]:
-        return sorted({cls.name for cls in self._by_origin.values()})
+        # Read at every create() and claim: sorted once per generation.
+        if self._names[0] != self.generation:
+            self._names = (self.generation, tuple(sorted({cls.name for cls in self._by_origin.values()})))
+        return list(self._names[1])
 
     def duplicates(self) -> dict[str, list[type[WorkflowEntrypoint]]]:
         by_name: dict[str, list[type[WorkflowEntrypoint]]] = {}

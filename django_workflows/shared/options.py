@@ -159,7 +159,8 @@ class WorkflowOptions:
             raise WorkflowConfigError(self._refused["cpu_time_limit"])
         if self.own_cpu_time_limit is not None:
             return self.own_cpu_time_limit
-        return parse_cpu_time_limit(workflow_settings.CPU_TIME_LIMIT, _CPU_TIME_LIMIT_SETTING)
+        return workflow_settings.derived("CPU_TIME_LIMIT", lambda: parse_cpu_time_limit(
+            workflow_settings.CPU_TIME_LIMIT, _CPU_TIME_LIMIT_SETTING))
 
     @property
     def version(self) -> str:
@@ -382,19 +383,28 @@ def place(workflow_class: type[WorkflowEntrypoint], params: Any, tags: Mapping[s
     return routing.Placement(chosen_queue, chosen_priority, routing.turn(now, chosen_priority, routing.aging()), key)
 
 
-def queues_in_use() -> set[str]:
+def queues_in_use() -> frozenset[str]:
     """The queues of this project: 'default', those the registered workflow classes name, and those the
-    QUEUES setting lists. Replays are routed by queue only when there are several."""
-    return {routing.DEFAULT_QUEUE, *workflow_settings.QUEUES,
-            *(WorkflowOptions.of(cls).queue for cls in registry.all())}
+    QUEUES setting lists. Replays are routed by queue only when there are several. Read at every
+    create(): worked out once per generation of the registry, until the settings change."""
+    return workflow_settings.derived(f"queues in use, registry generation {registry.generation}", lambda: frozenset(
+        {routing.DEFAULT_QUEUE, *workflow_settings.QUEUES, *(WorkflowOptions.of(cls).queue for cls in registry.all())}))
 
 
 def limited() -> dict[str, limits.WorkflowLimits]:
     """``{workflow name: its limits}`` for the workflows registered in this process that declare any:
     empty when none does, and the claim then costs what it always did."""
-    found = {}
-    for cls in registry.all():
-        own = WorkflowOptions.of(cls).limits
-        if own is not None:
-            found[cls.name] = own
-    return found
+    # Read at every create() and replay: worked out once per generation of the registry (registering a
+    # class again reads its options again).
+    global _limited
+    if _limited[0] != registry.generation:
+        found = {}
+        for cls in registry.all():
+            own = WorkflowOptions.of(cls).limits
+            if own is not None:
+                found[cls.name] = own
+        _limited = (registry.generation, found)
+    return dict(_limited[1])
+
+
+_limited: tuple[int, dict[str, limits.WorkflowLimits]] = (-1, {})

@@ -168,29 +168,20 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
     if name in options.limited() or name not in registry.names() or (served is not None
                                                                       and instance.queue not in served):
         return False
-    names = registry.names()
-    scope = f" AND b.workflow_name IN ({', '.join(['%s'] * len(names))})"
-    scope_params: list[Any] = list(names)
-    if served is not None:
-        scope += f" AND b.queue IN ({', '.join(['%s'] * len(served))})"
-        scope_params += list(served)
+    connection = connections[alias]
     shape = _shape(alias)
-    ops = connections[alias].ops
     previous = (instance.status, instance.epoch, instance.lease_owner, instance.lease_expires_at,
                 instance.started_at, instance.updated_at)
     taken = time.monotonic()
     instance.status, instance.epoch, instance.lease_owner = InstanceStatus.RUNNING, 1, owner
     instance.lease_expires_at = now + timedelta(seconds=lease_seconds)
     instance.started_at = instance.updated_at = now
-    # The status and this process's workflows and queues written in (``literals``): on SQLite, a status
-    # bound as a parameter beside the partial indexes on it prepares the statement again at every run.
-    params = [*map(Varying, _values(shape, instance)), Varying(instance.queue), Varying(instance.priority),
-              Varying(ops.adapt_datetimefield_value(instance.turn_at)), InstanceStatus.QUEUED.value, *scope_params]
+    params = [*_values(shape, instance), instance.queue, instance.priority,
+              connection.ops.adapt_datetimefield_value(instance.turn_at)]
     row = None
-    connection = connections[alias]
     try:
         with prepared.cursor(connection) as cursor:
-            cursor.execute(*literals.bind(connection, shape.holding.format(scope=scope), params))
+            cursor.execute(_holding_text(connection, shape, served), params)
             row = cursor.fetchone()
     finally:
         if row is None:  # not inserted: the row is the caller's to insert queued
@@ -201,6 +192,33 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
     _saved(instance, row[0], alias)
     lease_keeper.note_held(Held(_claim(instance), taken, now))
     return True
+
+
+# The text of the INSERT holding the lease, by database, registry generation and served queues.
+_holding_texts: dict[tuple[str, int, tuple[str, ...] | None], str] = {}
+
+
+def _holding_text(connection: BaseDatabaseWrapper, shape: _Shape, served: tuple[str, ...] | None) -> str:
+    """``shape.holding`` for this process's workflows and queues, with the queued status, the workflows
+    and the queues written in (``literals``): on SQLite, a status bound as a parameter beside the partial
+    indexes on it prepares the statement again at every run. Built once for each set of workflows and
+    queues; the row's values, the queue, priority and turn compared with are the parameters."""
+    key = (connection.alias, registry.generation, served)
+    text = _holding_texts.get(key)
+    if text is None:
+        names = registry.names()
+        scope = f" AND b.workflow_name IN ({', '.join(['%s'] * len(names))})"
+        constants: list[Any] = list(names)
+        if served is not None:
+            scope += f" AND b.queue IN ({', '.join(['%s'] * len(served))})"
+            constants += list(served)
+        varying = [Varying(None)] * (len(shape.attnames) + 3)
+        text, _ = literals.bind(connection, shape.holding.format(scope=scope),
+                                [*varying, InstanceStatus.QUEUED.value, *constants])
+        if len(_holding_texts) >= 64:
+            _holding_texts.clear()
+        _holding_texts[key] = text
+    return text
 
 
 def _claim(instance: Instance) -> Claim:

@@ -52,6 +52,35 @@ def test_a_created_instance_holding_its_lease_writes_the_queued_status_in(inline
     assert "queued" not in params
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_insert_holding_its_lease_is_written_again_for_a_workflow_registered_later(inline_executor):
+    """Its text, written once for the workflows this process may take, names one registered since: a
+    queued instance of that workflow is one the new instance gives way to."""
+    from django_workflows import WorkflowEntrypoint
+    from django_workflows.shared.definition import registry
+
+    executed = Executed()
+    with connection.execute_wrapper(executed):
+        workflows.get("loop").create(params={"n": 1})
+    [(first, _)] = executed.containing(f"INSERT INTO {INSTANCES}")
+    assert "'registered-later'" not in first
+
+    class RegisteredLater(WorkflowEntrypoint):
+        name = "registered-later"
+
+        def run(self, event, step):
+            return None
+
+    try:
+        executed = Executed()
+        with connection.execute_wrapper(executed):
+            workflows.get("loop").create(params={"n": 1})
+        [(second, _)] = executed.containing(f"INSERT INTO {INSTANCES}")
+        assert "'registered-later'" in second, second
+    finally:
+        registry.unregister(RegisteredLater)
+
+
 def test_the_wake_up_loop_and_a_woken_replay_write_their_statuses_in(workflows_env):
     from datetime import timedelta
 

@@ -111,6 +111,35 @@ def test_limited_lists_the_registered_workflows_that_declare_limits(define):
     assert "wrongly-capped" not in found
 
 
+def test_limited_and_the_names_follow_the_registry_as_it_changes(define):
+    """Both are worked out once per generation of the registry: a class registered, registered again
+    with other limits, or unregistered is seen at the next call."""
+    before = registry.names()
+    assert "capped-later" not in limited() and "capped-later" not in before
+    cls = define("CappedLater", name="capped-later", concurrency=3)
+    assert limited()["capped-later"].concurrency == 3 and "capped-later" in registry.names()
+    cls.concurrency = 5
+    assert limited()["capped-later"].concurrency == 3  # an attribute changed is read again on re-registering
+    registry.register(cls)
+    assert limited()["capped-later"].concurrency == 5
+    limited().clear()  # what a caller does with the dict it is given is its own
+    registry.names().clear()
+    assert "capped-later" in limited() and "capped-later" in registry.names()
+    registry.unregister(cls)
+    assert "capped-later" not in limited() and registry.names() == before
+
+
+def test_the_cpu_time_limit_setting_is_read_again_when_it_changes(define):
+    cls = define("Unlimited")
+    with override_settings(DJANGO_WORKFLOWS={"CPU_TIME_LIMIT": 150}):
+        assert WorkflowOptions.of(cls).cpu_time_limit == timedelta(milliseconds=150)
+    with override_settings(DJANGO_WORKFLOWS={"CPU_TIME_LIMIT": "2 seconds"}):
+        assert WorkflowOptions.of(cls).cpu_time_limit == timedelta(seconds=2)
+    with override_settings(DJANGO_WORKFLOWS={"CPU_TIME_LIMIT": 0}):
+        with pytest.raises(WorkflowConfigError, match="more than zero"):
+            WorkflowOptions.of(cls).cpu_time_limit
+
+
 def _problems(cls):
     return [(p.id, p.msg) for p in WorkflowOptions.of(cls).problems]
 

@@ -291,6 +291,25 @@ def _run_script(script: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def test_no_replay_span_is_made_while_no_sdk_sets_the_tracer_provider(transactional_db):
+    """The API's own provider hands out spans that record nothing: a replay makes none. Given a provider,
+    or once an SDK sets the global one (the next test, in a process of its own), it makes its span."""
+    claim = SimpleNamespace(workflow_name="three-steps", instance_id="no-sdk", pk=1, epoch=1)
+    assert telemetry.install()
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    assert telemetry.start_replay(claim) is None
+    tracer_provider = TracerProvider()
+    try:
+        assert telemetry.install(tracer_provider=tracer_provider)
+        span = telemetry.start_replay(claim)
+        assert span is not None and span.is_recording()
+        span.end()
+    finally:
+        telemetry.install()
+        tracer_provider.shutdown()
+    assert telemetry.start_replay(claim) is None
+
+
 def test_the_global_providers_set_after_django_starts_are_used(transactional_db):
     """A project that configures the SDK after Django's setup (in wsgi.py, say) gets the spans and metrics."""
     script = """

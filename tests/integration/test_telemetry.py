@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from django_workflows import WorkflowEntrypoint, signals, workflows
+from django_workflows.models import Instance
 from django_workflows.shared import telemetry
 from django_workflows.errors import MissingExtra
 from django_workflows.engine.replay import replay
@@ -310,6 +311,29 @@ def test_no_replay_span_is_made_while_no_sdk_sets_the_tracer_provider(transactio
     assert telemetry.start_replay(claim) is None
 
 
+def test_nothing_is_counted_while_no_sdk_sets_the_meter_provider(transactional_db):
+    """The API's own meter provider drops every measurement: the engine's signals reach no receiver of the
+    metrics, and no step counter is set. Given a meter provider (or once an SDK sets the global one, the
+    next test), they count."""
+    from django_workflows.shared import lifecycle
+
+    def counting():
+        return signals.instance_created.has_listeners(Instance) or lifecycle.step_counter is not None
+
+    assert telemetry.install() and telemetry.ENABLED
+    assert not counting()
+    telemetry.start_replay(SimpleNamespace(workflow_name="three-steps", instance_id="x", pk=1, epoch=1))
+    assert not counting()  # looked at again at a replay: still the API's own
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    try:
+        assert telemetry.install(meter_provider=meter_provider)
+        assert counting() and lifecycle.step_counter is not None
+    finally:
+        telemetry.install()
+        meter_provider.shutdown()
+    assert not counting()
+
+
 def test_the_global_providers_set_after_django_starts_are_used(transactional_db):
     """A project that configures the SDK after Django's setup (in wsgi.py, say) gets the spans and metrics."""
     script = """
@@ -323,6 +347,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from django_workflows import workflows
+from django_workflows.models import Instance
 from django_workflows.shared import telemetry
 from django_workflows.testing import run_workflows
 assert telemetry.ENABLED  # installed by the app's ready(), on the global providers
@@ -355,6 +380,7 @@ sys.modules["opentelemetry"] = None  # import opentelemetry raises ImportError, 
 import django
 django.setup()
 from django_workflows import workflows
+from django_workflows.models import Instance
 from django_workflows.shared import telemetry
 from django_workflows.testing import run_workflows
 with run_workflows() as env:

@@ -51,6 +51,14 @@ class Instance(models.Model):
         default=False, db_default=False,
         help_text="terminate(rollback=True) was asked: the next replay runs the undos, then terminates it.",
     )
+    # Something waits for the instance's end on PostgreSQL (``shared.instance_watch``): its end is notified
+    # then alone. A notification costs every ending transaction PostgreSQL's lock on the notification
+    # queue, held through its commit, so ends notified whether or not anything waited committed one at a
+    # time. db_default as well, as for terminating.
+    watched = models.BooleanField(
+        default=False, db_default=False,
+        help_text="A caller waits for its result or streams its progress: its end is notified (PostgreSQL).",
+    )
     waiting_reason = models.TextField(
         null=True, blank=True,
         help_text="Why a waiting instance cannot run yet, when its steps do not say (its workflow is not registered).",

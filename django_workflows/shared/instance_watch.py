@@ -13,6 +13,13 @@ looks at the instance, then waits here, then looks again. How it waits depends o
 - elsewhere (SQLite), and while that connection is being opened again, it sleeps a short
   ``POLL_SECONDS`` between two looks: a look is one query by primary key.
 
+An instance's end is notified only once something waits for it (migration 0027): a watch marks its
+instance ``watched`` as it starts, before its caller's first look, so that the end committed after that
+look is notified. PostgreSQL serializes the commits of the transactions that notify, and replays
+completing instances nobody waited for committed one at a time. A watch inside the caller's transaction
+does not mark (the mark would hold the row's lock until the caller commits, and the replay ending the
+instance would wait for it): it polls.
+
 A hundred callers waiting for results hold one listening connection between them, besides the
 connections Django gives their threads for the looks (one, for ``aresult()`` and streams in one event
 loop). The first watch opens it and the last to end closes it: a process where nothing waits holds none.
@@ -29,7 +36,8 @@ import threading
 import time
 from typing import Any
 
-from django.db import connections
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, connections, router
 
 from django_workflows.shared.changes import INSTANCE_CHANNEL, close_listening
 
@@ -195,22 +203,45 @@ def _forget_listeners() -> None:
 os.register_at_fork(after_in_child=_forget_listeners)
 
 
+def _mark_watched(instance_pk: int) -> bool:
+    """Have the instance's end notified (``Instance.watched``); False where it is not marked, and the watch
+    polls: outside PostgreSQL, inside the caller's transaction, or when the mark fails."""
+    from django_workflows.models import Instance
+
+    connection = connections[router.db_for_write(Instance)]
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return False
+    table = connection.ops.quote_name(Instance._meta.db_table)
+    try:
+        with connection.cursor() as cursor:
+            # Once per instance: the callers that wait for it later find it marked.
+            cursor.execute(f"UPDATE {table} SET watched = TRUE WHERE id = %s AND NOT watched", [instance_pk])
+    except DatabaseError:
+        logger.warning("Could not mark instance %s watched; looking at it every %s s.", instance_pk,
+                       POLL_SECONDS, exc_info=True)
+        return False
+    return True
+
+
 class InstanceWatch:
     """Waits for news of the instance with primary key ``instance_pk``, in the calling thread. A context
     manager: ``with InstanceWatch(pk, alias) as watch: ... watch.wait(seconds)``."""
 
     def __init__(self, instance_pk: int, alias: str):
         self.listener = _listener(alias) if _listens(alias) else None
+        self.instance_pk = instance_pk
         self.waiter = _Waiter(str(instance_pk))
+        self.marked = False
 
     @property
     def listening(self) -> bool:
-        return self.listener is not None and self.listener.listening.is_set()
+        return self.marked and self.listener is not None and self.listener.listening.is_set()
 
     def __enter__(self) -> InstanceWatch:
         if self.listener is not None:
             self.listener.add(self.waiter)
-            self.listener.listening.wait(CONNECT_SECONDS)
+            if self.listener.listening.wait(CONNECT_SECONDS):
+                self.marked = _mark_watched(self.instance_pk)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -234,12 +265,14 @@ class AsyncInstanceWatch:
 
     def __init__(self, instance_pk: int, alias: str):
         self.listener = _listener(alias) if _listens(alias) else None
+        self.instance_pk = instance_pk
         self.payload = str(instance_pk)
         self.waiter: _AsyncWaiter | None = None
+        self.marked = False
 
     @property
     def listening(self) -> bool:
-        return self.listener is not None and self.listener.listening.is_set()
+        return self.marked and self.listener is not None and self.listener.listening.is_set()
 
     async def __aenter__(self) -> AsyncInstanceWatch:
         if self.listener is not None:
@@ -247,6 +280,9 @@ class AsyncInstanceWatch:
             self.listener.add(self.waiter)
             if not self.listener.listening.is_set():
                 await asyncio.to_thread(self.listener.listening.wait, CONNECT_SECONDS)
+            if self.listener.listening.is_set():
+                # Through Django's thread for database calls, as the looks that follow.
+                self.marked = await sync_to_async(_mark_watched)(self.instance_pk)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

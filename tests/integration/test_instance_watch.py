@@ -59,6 +59,46 @@ def test_a_hundred_watches_listen_on_one_connection_and_each_hears_its_own_insta
     assert no_listening_connection_left()
 
 
+def test_only_the_end_of_an_instance_something_waits_for_is_notified(transactional_db, settings):
+    """Every notification costs its transaction PostgreSQL's lock on the notification queue through its
+    commit: the end of an instance nothing waits for is not notified; a watch marks its instance first."""
+    import psycopg
+
+    from django_workflows.models import Instance
+    from django_workflows.shared.instance_watch import _connection_params
+
+    settings.DJANGO_WORKFLOWS = INLINE
+    unwatched, watched = (workflows.get("approval").create() for _ in range(2))
+    with psycopg.connect(**_connection_params("default"), autocommit=True) as listening:
+        listening.execute(f'LISTEN "{INSTANCE_CHANNEL}"')
+        approve(unwatched)
+        with InstanceWatch(watched.pk, "default") as watch:
+            assert watch.listening and Instance.objects.get(pk=watched.pk).watched
+            approve(watched)
+            assert watch.wait(5)
+        heard = [notification.payload for notification in listening.notifies(timeout=1)]
+    assert [unwatched.status()["status"], watched.status()["status"]] == ["complete", "complete"]
+    assert heard == [str(watched.pk)]
+    assert not Instance.objects.get(pk=unwatched.pk).watched
+
+
+def test_a_watch_inside_the_callers_transaction_polls_without_marking(transactional_db, settings):
+    """Marked inside the caller's transaction, the row would stay locked until the caller commits, and the
+    replay ending the instance would wait for it: the watch polls instead."""
+    from django.db import transaction
+
+    from django_workflows.models import Instance
+
+    settings.DJANGO_WORKFLOWS = INLINE
+    instance = workflows.get("approval").create()
+    with transaction.atomic(), InstanceWatch(instance.pk, "default") as watch:
+        assert not watch.marked and not watch.listening
+        started = time.monotonic()
+        assert watch.wait(5) is False
+        assert time.monotonic() - started < 1  # a poll's pause, not the wait asked for
+    assert not Instance.objects.get(pk=instance.pk).watched
+
+
 def test_waiting_callers_in_threads_and_in_an_event_loop_share_one_listening_connection(transactional_db,
                                                                                            settings):
     settings.DJANGO_WORKFLOWS = INLINE

@@ -393,18 +393,8 @@ def queues_in_use() -> frozenset[str]:
 
 def limited() -> dict[str, limits.WorkflowLimits]:
     """``{workflow name: its limits}`` for the workflows registered in this process that declare any:
-    empty when none does, and the claim then costs what it always did."""
-    # Read at every create() and replay: worked out once per generation of the registry (registering a
-    # class again reads its options again).
-    global _limited
-    if _limited[0] != registry.generation:
-        found = {}
-        for cls in registry.all():
-            own = WorkflowOptions.of(cls).limits
-            if own is not None:
-                found[cls.name] = own
-        _limited = (registry.generation, found)
-    return dict(_limited[1])
-
-
-_limited: tuple[int, dict[str, limits.WorkflowLimits]] = (-1, {})
+    empty when none does, and the claim then costs what it always did. Read at every create() and
+    replay: worked out once per generation of the registry (registering a class again reads its options
+    again)."""
+    return dict(workflow_settings.derived(f"limits, registry generation {registry.generation}", lambda: {
+        cls.name: own for cls in registry.all() if (own := WorkflowOptions.of(cls).limits) is not None}))

@@ -205,7 +205,10 @@ os.register_at_fork(after_in_child=_forget_listeners)
 
 def _mark_watched(instance_pk: int) -> bool:
     """Have the instance's end notified (``Instance.watched``); False where it is not marked, and the watch
-    polls: outside PostgreSQL, inside the caller's transaction, or when the mark fails."""
+    polls: outside PostgreSQL, inside the caller's transaction, when the row is locked, or when the mark
+    fails. A locked row is not waited for: an ``atomic=True`` step holds its instance's row (the journal's
+    fence) while its body runs, for minutes perhaps, and the caller's ``result(timeout=...)`` must not
+    wait that long before its first look."""
     from django_workflows.models import Instance
 
     connection = connections[router.db_for_write(Instance)]
@@ -214,13 +217,18 @@ def _mark_watched(instance_pk: int) -> bool:
     table = connection.ops.quote_name(Instance._meta.db_table)
     try:
         with connection.cursor() as cursor:
-            # Once per instance: the callers that wait for it later find it marked.
-            cursor.execute(f"UPDATE {table} SET watched = TRUE WHERE id = %s AND NOT watched", [instance_pk])
+            # Once per instance: the callers that wait for it later find it marked, and write nothing.
+            cursor.execute(
+                f"WITH row AS (SELECT id, watched FROM {table} WHERE id = %s), "
+                f"marked AS (UPDATE {table} SET watched = TRUE WHERE id = (SELECT id FROM {table} "
+                "WHERE id = %s AND NOT watched FOR UPDATE SKIP LOCKED) RETURNING id) "
+                "SELECT (SELECT watched FROM row), EXISTS (SELECT 1 FROM marked)", [instance_pk, instance_pk])
+            already, now_marked = cursor.fetchone()
     except DatabaseError:
         logger.warning("Could not mark instance %s watched; looking at it every %s s.", instance_pk,
                        POLL_SECONDS, exc_info=True)
         return False
-    return True
+    return bool(already or now_marked)
 
 
 class InstanceWatch:

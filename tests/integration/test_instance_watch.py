@@ -99,6 +99,31 @@ def test_a_watch_inside_the_callers_transaction_polls_without_marking(transactio
     assert not Instance.objects.get(pk=instance.pk).watched
 
 
+def test_a_watch_does_not_wait_for_a_row_an_atomic_step_holds(transactional_db, settings):
+    """An atomic=True step holds its instance's row (the journal's fence, FOR SHARE) while its body runs:
+    the watch does not wait for it to mark the instance, it polls; once the row is free, a watch marks it."""
+    import psycopg
+
+    from django_workflows.models import Instance
+    from django_workflows.shared.instance_watch import _connection_params
+
+    settings.DJANGO_WORKFLOWS = INLINE
+    instance = workflows.get("approval").create()
+    with psycopg.connect(**_connection_params("default")) as holder:
+        holder.execute("SELECT 1 FROM django_workflows_instance WHERE id = %s FOR SHARE", [instance.pk])
+        started = time.monotonic()
+        with InstanceWatch(instance.pk, "default") as watch:
+            assert not watch.marked and not watch.listening
+        assert time.monotonic() - started < 2
+        holder.rollback()
+    assert not Instance.objects.get(pk=instance.pk).watched
+    with InstanceWatch(instance.pk, "default") as watch:
+        assert watch.marked and watch.listening
+    with InstanceWatch(instance.pk, "default") as again:  # already marked: nothing written, still notified
+        assert again.marked
+    assert Instance.objects.get(pk=instance.pk).watched
+
+
 def test_waiting_callers_in_threads_and_in_an_event_loop_share_one_listening_connection(transactional_db,
                                                                                            settings):
     settings.DJANGO_WORKFLOWS = INLINE

@@ -9,6 +9,7 @@ every write made in autocommit outside an atomic block, which the database commi
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from django.db import connection
@@ -16,6 +17,13 @@ from django.db import connection
 from benchmarks.querylog import classify
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
+# A WITH whose part writes (PostgreSQL's data-modifying WITH: the take, a release with its kept row).
+_WRITING_WITH = re.compile(r"\bAS\s*\(\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
+def writes(verb: str, sql: str) -> bool:
+    """Whether a statement of ``verb`` writes."""
+    return verb in WRITES or (verb == "WITH" and _WRITING_WITH.search(sql) is not None)
 
 
 def count(run) -> dict:
@@ -28,7 +36,7 @@ def count(run) -> dict:
         verb = sql.lstrip().split(None, 1)[0].upper()
         verbs[verb] += 1
         kinds[classify(sql)] += 1
-        if verb in WRITES and connection.get_autocommit() and not connection.in_atomic_block:
+        if writes(verb, sql) and connection.get_autocommit() and not connection.in_atomic_block:
             commits[0] += 1
         return execute(sql, params, many, context)
 

@@ -125,11 +125,14 @@ class JournalWriter:
             return None
         key, written, statement = pending
         _, status = self._execute(*statement)
+        self._once_committed(written)
+        return key, status
+
+    def _once_committed(self, written: Callable[[], None]) -> None:
         if self.connection.in_atomic_block and not self.in_caller_transaction:
             transaction.on_commit(written, using=self.alias)
         else:
             written()
-        return key, status
 
     def _inserting(self, fields: dict[str, Any]) -> tuple[str, list[Any]]:
         fields.setdefault("attempts", _NO_ATTEMPTS)
@@ -182,12 +185,15 @@ class JournalWriter:
             params.append(self._value(column, value, _JSON_INSTANCE_COLUMNS))
         sql = (
             f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
-            f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s RETURNING status"
+            f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s"
         )
         params = [self._adapt_datetime(now), *params, self.instance_pk, self.epoch]
         if self.fenced:
             # A step of this replay was refused: whatever run() made of it, its end is not the instance's.
             return None
+        if self._pending is not None and self.connection.vendor == "postgresql":
+            return self._release_with_kept_row(sql, params)
+        sql += " RETURNING status"
         with engine_statements(), (transaction.atomic(using=self.alias) if self._pending and
                                    not self.connection.in_atomic_block else nullcontext()):
             # A row kept by insert_later commits with the release, in one transaction.
@@ -198,6 +204,27 @@ class JournalWriter:
         if not released:
             self.fence()
         left: str | None = released[0][0] if released else None
+        return left
+
+    def _release_with_kept_row(self, release_sql: str, release_params: list[Any]) -> str:
+        """On PostgreSQL, the row ``insert_later`` kept and the release in one statement: the row's fenced
+        INSERT as a data-modifying WITH, and the release, which lands only if the row did. One round trip
+        and one commit, where a transaction of their own took four round trips (BEGIN, the two statements,
+        COMMIT). The row refused (the epoch moved on) writes neither, and fences the replay as the row's
+        own INSERT would have."""
+        assert self._pending is not None  # the caller looked
+        _, written, (row_sql, row_params) = self._pending
+        self._pending = None
+        self.check_lease()
+        with engine_statements():
+            cursor = self._cursor()
+            cursor.execute(f"WITH kept AS ({row_sql}) {release_sql} AND EXISTS (SELECT 1 FROM kept) "
+                           "RETURNING status", [*row_params, *release_params])
+            released = cursor.fetchall()
+        if not released:
+            raise self.fence()
+        self._once_committed(written)
+        left: str = released[0][0]
         return left
 
     def release_ending_child(self, parent_pk: int, end: dict[str, Any], now: datetime,

@@ -158,3 +158,25 @@ def test_a_fenced_write_stops_the_replay_even_if_run_swallows_it(workflows_env):
     assert calls["fenced body"] == 1
     assert instance.status()["status"] == "terminated"
     assert not Step.objects.filter(instance_id=instance.pk).exists()
+
+
+class TerminatedInItsLastStep(WorkflowEntrypoint):
+    """A run() that returns straight after its last step, whose body terminates the instance: the step's
+    row is kept for the release (one statement with it on PostgreSQL), and both are fenced."""
+
+    name = "terminated-in-its-last-step"
+
+    def run(self, event, step):
+        step.do("first", lambda: 1)
+        return step.do("last", lambda: terminate_own_instance(event))
+
+
+@pytest.mark.one_flavour("an async run()'s rows are written as its rounds settle, never kept for the release")
+def test_a_last_step_row_kept_for_the_release_is_fenced_with_it(workflows_env):
+    instance = workflows.get("terminated-in-its-last-step").create()
+    workflows_env.run_until_idle()
+    row = Instance.objects.get(pk=instance.pk)
+    # Neither the last step's row nor the end landed: the instance is as its terminate left it.
+    assert row.status == "terminated" and row.output is None
+    assert list(Step.objects.filter(instance_id=instance.pk).values_list("key", flat=True)) == ["first-1"]
+    assert calls["fenced body"] == 1

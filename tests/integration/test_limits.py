@@ -257,8 +257,8 @@ def test_statements_of_a_claim_within_limits(workflows_env):
         assert replay(slotted.pk)
     statements = _engine_statements(ctx)
     # the unlimited claim (which leaves it out), read and lock, the claim within the limit, 2 steps,
-    # finish, the hand-on's read
-    assert len(statements) == 7, statements
+    # finish, the hand-on's read; on PostgreSQL the last step's row and the finish are one statement
+    assert len(statements) == (6 if connection.vendor == "postgresql" else 7), statements
     with CaptureQueriesContext(connection) as ctx:
         assert replay(rated.pk)
     statements = _engine_statements(ctx)

@@ -41,6 +41,16 @@ class Quotas:
     urgent: bool = False
 
 
+@dataclass(frozen=True)
+class InboxEvent:
+    """An event taken from the inbox by a wait."""
+
+    id: int
+    type: str
+    payload: Any
+    received_at: datetime
+
+
 NO_QUOTAS = Quotas(None, None, None)
 
 

@@ -1,20 +1,17 @@
 """Reading and writing an instance's journal of steps.
 
-A replay reads the whole journal once, in one query. Each write is one
-statement in autocommit, so a happy-path step costs one row and one commit.
-Every write is fenced: it lands only while the instance's epoch is still the
-one this replay's lease was taken with (a terminate, a restart or another
-worker taking the lease bumps it), and it returns the instance's status, so
-the replay learns of a ``pause()`` without another query.
+A replay reads the whole journal once, in one query. Each write is one statement in autocommit, so a
+happy-path step costs one row and one commit. Every write is fenced: it lands only while the instance's
+epoch is still the one this replay's lease was taken with (a terminate, a restart or another worker taking
+the lease bumps it), and it returns the instance's status, so the replay learns of a ``pause()`` without
+another query.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Collection, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +21,7 @@ from django_workflows.shared import clock
 from django_workflows.foundations.control_flow import Fenced
 from django_workflows.models import Event, Instance, InstanceStatus, Step
 from django_workflows.store import children, prepared, steering
+from django_workflows.store.inbox import InboxEvent
 # The engine knows the journal as this one module: what reading it gives (Entry, load, Costs) is named here
 # beside the writer, though journal_entries defines it.
 from django_workflows.store.journal_entries import Costs as Costs
@@ -31,21 +29,12 @@ from django_workflows.store.journal_entries import Entry as Entry
 from django_workflows.store.journal_entries import datetime_adapter, engine_statements
 from django_workflows.store.journal_entries import load as load
 from django_workflows.store.journal_entries import wake_sleeps_and_load as wake_sleeps_and_load
+from django_workflows.store.journal_values import NO_ATTEMPTS, Encoded, attempts_json, encoded as encoded
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
 
     from django_workflows.store.lease_keeper import Lease
-
-
-@dataclass(frozen=True)
-class InboxEvent:
-    """An event taken from the inbox by a wait."""
-
-    id: int
-    type: str
-    payload: Any
-    received_at: datetime
 
 
 _JSON_COLUMNS = {"attempts", "config", "result", "error"}
@@ -86,9 +75,8 @@ class JournalWriter:
         }
         step_table = ops.quote_name(Step._meta.db_table)
         instance_table = ops.quote_name(Instance._meta.db_table)
-        # On PostgreSQL, FOR SHARE makes a concurrent epoch bump wait for this
-        # write to commit (or makes this write see the bump), closing the gap
-        # between the check and the insert.
+        # On PostgreSQL, FOR SHARE makes a concurrent epoch bump wait for this write to commit (or makes this
+        # write see the bump), closing the gap between the check and the insert.
         lock = " FOR SHARE" if connection.vendor == "postgresql" else ""
         self._fence = f"EXISTS (SELECT 1 FROM {instance_table} fi WHERE fi.id = %s AND fi.epoch = %s{lock})"
         self._returning = f"RETURNING id, (SELECT ri.status FROM {instance_table} ri WHERE ri.id = %s)"
@@ -97,9 +85,9 @@ class JournalWriter:
 
     def _value(self, column: str, value: Any, json_columns: Collection[str] = _JSON_COLUMNS) -> Any:
         if column in json_columns:
-            if value is None or isinstance(value, _Encoded):
+            if value is None or isinstance(value, Encoded):
                 return value
-            return _attempts_json(value) if column == "attempts" else json.dumps(value)
+            return attempts_json(value) if column == "attempts" else json.dumps(value)
         if isinstance(value, datetime):
             return self._adapt_datetime(value)
         return value
@@ -138,7 +126,7 @@ class JournalWriter:
             written()
 
     def _inserting(self, fields: dict[str, Any]) -> tuple[str, list[Any]]:
-        fields.setdefault("attempts", _NO_ATTEMPTS)
+        fields.setdefault("attempts", NO_ATTEMPTS)
         if self.settled_in is not None:
             fields["settled_in"] = self.settled_in
         columns = tuple(fields)
@@ -195,7 +183,7 @@ class JournalWriter:
             # A step of this replay was refused: whatever run() made of it, its end is not the instance's.
             return None
         if self._pending is not None and self.connection.vendor == "postgresql":
-            return self._release_with_kept_row(sql, params)
+            return self._release_with_kept_row(self._pending, sql, params)
         sql += " RETURNING status"
         with engine_statements(), (transaction.atomic(using=self.alias) if self._pending and
                                    not self.connection.in_atomic_block else nullcontext()):
@@ -209,14 +197,12 @@ class JournalWriter:
         left: str | None = released[0][0] if released else None
         return left
 
-    def _release_with_kept_row(self, release_sql: str, release_params: list[Any]) -> str:
-        """On PostgreSQL, the row ``insert_later`` kept and the release in one statement: the row's fenced
-        INSERT as a data-modifying WITH, and the release, which lands only if the row did. One round trip
-        and one commit, where a transaction of their own took four round trips (BEGIN, the two statements,
-        COMMIT). The row refused (the epoch moved on) writes neither, and fences the replay as the row's
-        own INSERT would have."""
-        assert self._pending is not None  # the caller looked
-        _, written, (row_sql, row_params) = self._pending
+    def _release_with_kept_row(self, kept: tuple[str, Callable[[], None], tuple[str, list[Any]]], release_sql: str,
+                               release_params: list[Any]) -> str:
+        """On PostgreSQL, the row ``insert_later`` kept and the release in one statement (a data-modifying
+        WITH, the release landing only with the row): one round trip where BEGIN, the two statements and
+        COMMIT took four. The row refused (the epoch moved on), neither lands and the replay is fenced."""
+        _, written, (row_sql, row_params) = kept
         self._pending = None
         self.check_lease()
         with engine_statements():
@@ -227,8 +213,7 @@ class JournalWriter:
         if not released:
             raise self.fence()
         self._once_committed(written)
-        left: str = released[0][0]
-        return left
+        return str(released[0][0])
 
     def release_ending_child(self, parent_pk: int, end: dict[str, Any], now: datetime,
                              costs: Costs | None = None, **fields: Any) -> bool:
@@ -406,44 +391,6 @@ WAITING_UNLESS_PAUSE_ASKED = object()
 
 _JSON_INSTANCE_COLUMNS = {"output", "error", "waiting_for"}
 
-
-class _Encoded(str):
-    """JSON text already encoded (and size-checked) by the engine: written as is."""
-
-
-def encoded(text: str) -> _Encoded:
-    return _Encoded(text)
-
-
-_NO_ATTEMPTS = _Encoded("[]")
-
-# The keys of an attempt as the engine journals it (``Attempt.journaled``), in their order.
-_ATTEMPT_KEYS = ("attempt", "start", "end", "success", "cpu_ms", "wall_ms")
-
-
-def _attempts_json(attempts: Any) -> str:
-    """``json.dumps(attempts)``, written directly for the attempts the engine journals: every step's row
-    encodes its attempts at every write, and the encoder's generality cost more than the row's other values
-    together. Their keys are known and in order, their times ISO text that needs no escaping, their numbers
-    ints and finite floats (whose JSON is their repr). Any other shape (an attempt with its error, one
-    journaled by an earlier release) goes to ``json.dumps``."""
-    if type(attempts) is not list:
-        return json.dumps(attempts)
-    parts = []
-    for attempt in attempts:
-        if type(attempt) is not dict or tuple(attempt) != _ATTEMPT_KEYS:
-            return json.dumps(attempts)
-        number, start, end, success, cpu_ms, wall_ms = attempt.values()
-        if not (type(number) is int and type(start) is str and type(end) is str and type(success) is bool
-                and type(cpu_ms) is float and type(wall_ms) is float and _PLAIN_TIME(start) and _PLAIN_TIME(end)):
-            return json.dumps(attempts)
-        parts.append(f'{{"attempt": {number}, "start": "{start}", "end": "{end}", '
-                     f'"success": {"true" if success else "false"}, "cpu_ms": {cpu_ms!r}, "wall_ms": {wall_ms!r}}}')
-    return f"[{', '.join(parts)}]"
-
-
-# An ISO time as ``datetime.isoformat`` writes it: nothing in it to escape.
-_PLAIN_TIME = re.compile(r"[0-9T:.+-]*").fullmatch
 
 # The text of each shape of journal INSERT, by (vendor, columns): a replay writes a handful of shapes.
 _INSERTS: dict[tuple[str, tuple[str, ...]], str] = {}

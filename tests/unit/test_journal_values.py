@@ -9,7 +9,7 @@ import pytest
 from django_workflows.engine.step_host import Attempt
 from django_workflows.errors import InvalidStepInput
 from django_workflows.foundations import validation
-from django_workflows.store.journal import _attempts_json
+from django_workflows.store.journal_values import attempts_json as _attempts_json
 
 
 def _attempt(cpu: float, wall: float, failure=None, microsecond=123456) -> Attempt:

@@ -142,12 +142,12 @@ class InstanceList(PageMixin):
 
     def get_search_results(self, request, queryset, search_term):
         """The instances whose id begins with the term, as typed (ids are case-sensitive): read from
-        the ``dw_instance_id_prefix`` index, where Django's default (the id contains the term, in any
-        case) reads every instance."""
+        the ``dw_instance_id_prefix`` index (``id_starts_with``), where Django's default (the id contains
+        the term, in any case) reads every instance."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        return queryset.filter(instance_id__startswith=term), False
+        return queryset.id_starts_with(term), False
 
     def changelist_view(self, request, extra_context=None):
         refuse_nul(request)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Self
 
-from django.db import models
+from django.db import connections, models
 from django.db.models import Q
 
 from django_workflows.foundations import subjects
@@ -49,6 +49,21 @@ class InstanceQuerySet(models.QuerySet):
             if types:
                 listed |= Q(workflow_name=workflow_name, waiting_for__holds_any_of=sorted(types))
         return self.filter(listed, status=InstanceStatus.WAITING)
+
+    def id_starts_with(self, prefix: str) -> Self:
+        """The instances whose id begins with ``prefix``, as typed (ids are case-sensitive), read as a range
+        of the ``dw_instance_id_prefix`` index. On PostgreSQL a ``LIKE`` prefix is that range (the index's
+        pattern operator class). SQLite's ``LIKE`` ignores case and, written with Django's ``ESCAPE``,
+        scans the whole index: there the prefix is the range itself, from the prefix up to the prefix
+        with its last character the next one (a text's order is its UTF-8 bytes', its code points')."""
+        if not prefix or connections[self.db].vendor != "sqlite":
+            return self.filter(instance_id__startswith=prefix)
+        following = ord(prefix[-1]) + 1
+        if following > 0x10FFFF or 0xD800 <= following <= 0xDFFF:
+            # Past what UTF-8 writes: no id, which is ASCII, holds such a character. An empty range,
+            # which still compiles (the admin's bounded counts write the query's SQL).
+            return self.filter(instance_id__gte=prefix, instance_id__lt=prefix)
+        return self.filter(instance_id__gte=prefix, instance_id__lt=prefix[:-1] + chr(following))
 
     def for_subject(self, subject) -> Self:
         """The instances bound to ``subject`` (``create(subject=order)``): a model instance, or its

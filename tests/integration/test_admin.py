@@ -197,6 +197,44 @@ def test_filters_by_workflow_status_and_date_and_search_by_id(workflows_env, adm
     assert len(listed_ids(admin_client.get(LIST_URL, {"created_at__lt": tomorrow}))) == 2
 
 
+def test_the_search_by_id_is_a_prefix_as_typed(workflows_env, admin_client):
+    # Ids are case-sensitive, and the search is of a prefix of the id as typed: on SQLite too, whose LIKE
+    # ignores case. LIKE's wildcards in the term are plain characters.
+    upper = workflows.get("three-steps").create(id="Case-1")
+    lower = workflows.get("three-steps").create(id="case-2")
+    workflows.get("three-steps").create(id="cxse-3")
+    workflows_env.run_until_idle()
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "Case"})) == [upper.id]
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "case"})) == [lower.id]
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "c_se"})) == []
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "c%"})) == []
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "case-2"})) == [lower.id]
+    # A last character past what UTF-8 writes, or one before the surrogates: no id, and no error.
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "case\U0010ffff"})) == []
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "case\ud7ff"})) == []
+
+
+def test_the_search_by_id_reads_a_range_of_the_id_index(workflows_env):
+    from django.db import transaction
+
+    query = Instance.objects.id_starts_with("order-1").order_by("-created_at", "-id").values("pk")[:100]
+    sql, params = query.query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # A test table is tiny; forbid the sequential scan to see which index the query can use.
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = "\n".join(str(row) for row in cursor.fetchall())
+    assert "dw_instance_id_prefix" in plan, plan
+    if connection.vendor == "sqlite":
+        # A range of the index, not a scan of all of it (LIKE ... ESCAPE was).
+        assert "dw_instance_id_prefix (instance_id>? AND instance_id<?)" in plan, plan
+    else:
+        assert "Index Cond" in plan and "~>=~" in plan, plan
+
+
 def test_the_number_of_queries_of_the_list_does_not_grow_with_its_rows(workflows_env, admin_client):
     def queries():
         with CaptureQueriesContext(connection) as ctx:

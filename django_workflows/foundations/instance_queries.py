@@ -55,15 +55,14 @@ class InstanceQuerySet(models.QuerySet):
         of the ``dw_instance_id_prefix`` index. On PostgreSQL a ``LIKE`` prefix is that range (the index's
         pattern operator class). SQLite's ``LIKE`` ignores case and, written with Django's ``ESCAPE``,
         scans the whole index: there the prefix is the range itself, from the prefix up to the prefix
-        with its last character the next one (a text's order is its UTF-8 bytes', its code points')."""
+        with its last character the next one (SQLite orders text by its bytes)."""
         if not prefix or connections[self.db].vendor != "sqlite":
             return self.filter(instance_id__startswith=prefix)
-        following = ord(prefix[-1]) + 1
-        if following > 0x10FFFF or 0xD800 <= following <= 0xDFFF:
-            # Past what UTF-8 writes: no id, which is ASCII, holds such a character. An empty range,
-            # which still compiles (the admin's bounded counts write the query's SQL).
+        if not prefix.isascii():
+            # Ids are ASCII: none begins so. An empty range, which still compiles (the admin's bounded
+            # counts write the query's SQL).
             return self.filter(instance_id__gte=prefix, instance_id__lt=prefix)
-        return self.filter(instance_id__gte=prefix, instance_id__lt=prefix[:-1] + chr(following))
+        return self.filter(instance_id__gte=prefix, instance_id__lt=prefix[:-1] + chr(ord(prefix[-1]) + 1))
 
     def for_subject(self, subject) -> Self:
         """The instances bound to ``subject`` (``create(subject=order)``): a model instance, or its

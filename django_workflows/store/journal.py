@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 
 _JSON_COLUMNS = {"attempts", "config", "result", "error"}
+# A row insert_later keeps: its step key, what is called once it is written, and its statement.
+_Kept = tuple[str, Callable[[], None], tuple[str, list[Any]]]
 
 
 class JournalWriter:
@@ -56,8 +58,7 @@ class JournalWriter:
         self.fenced = False
         # While an async run()'s round settles its steps, the round: written with each of its rows.
         self.settled_in: int | None = None
-        # The row insert_later keeps for the next write: (step key, called once written, statement).
-        self._pending: tuple[str, Callable[[], None], tuple[str, list[Any]]] | None = None
+        self._pending: _Kept | None = None  # the row insert_later keeps for the next write
         self.alias = router.db_for_write(Step)
         connection = connections[self.alias]
         self.connection = connection
@@ -197,8 +198,7 @@ class JournalWriter:
         left: str | None = released[0][0] if released else None
         return left
 
-    def _release_with_kept_row(self, kept: tuple[str, Callable[[], None], tuple[str, list[Any]]], release_sql: str,
-                               release_params: list[Any]) -> str:
+    def _release_with_kept_row(self, kept: _Kept, release_sql: str, release_params: list[Any]) -> str:
         """On PostgreSQL, the row ``insert_later`` kept and the release in one statement (a data-modifying
         WITH, the release landing only with the row): one round trip where BEGIN, the two statements and
         COMMIT took four. The row refused (the epoch moved on), neither lands and the replay is fenced."""

@@ -315,15 +315,15 @@ class JournalWriter:
 
     def abandon(self, now: datetime, wake_at: datetime, costs: Costs | None = None) -> bool:
         """Give up the lease after a ``StoreError`` and have the wake-up loop replay the instance at
-        ``wake_at``, adding the replay's ``costs``; the crash count is left as it is. False if the
-        epoch moved on meanwhile."""
+        ``wake_at``, adding the replay's ``costs``; the crash count is left as it is. False if the lease is
+        not held any more: the epoch moved on, or this replay's release landed and its reply was lost."""
         self._pending = None  # a kept row goes: its step runs again
         adding, added = _adding(costs)
         sql = (
             f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
             "status = CASE WHEN status = %s THEN %s ELSE %s END, wake_at = %s, waiting_for = NULL, "
             f"{''.join(f'{assignment}, ' for assignment in adding)}"
-            "updated_at = %s WHERE id = %s AND epoch = %s"
+            "updated_at = %s WHERE id = %s AND epoch = %s AND lease_owner <> ''"
         )
         params = [InstanceStatus.WAITING_FOR_PAUSE, InstanceStatus.PAUSED, InstanceStatus.WAITING,
                   self._adapt_datetime(wake_at), *added, self._adapt_datetime(now), self.instance_pk,

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.models import Instance
@@ -127,3 +127,51 @@ def test_a_lock_timeout_on_a_journal_write_abandons_the_replay_and_it_completes_
         assert instance.status()["output"] == "done"
     assert seen["caught"] == []
     assert seen["charge"] == 2
+
+
+class CallsAfterItsLastStep(WorkflowEntrypoint):
+    """Its last step's row is written before run() goes on (str() is a call): the release is alone."""
+
+    name = "store-errors-release-alone"
+
+    def run(self, event, step):
+        return str(step.do("a", lambda: 1))
+
+
+class ReturnsItsLastStep(WorkflowEntrypoint):
+    """Its last step's row goes with the release: one statement on PostgreSQL."""
+
+    name = "store-errors-release-with-row"
+
+    def run(self, event, step):
+        return step.do("a", lambda: 1)
+
+
+def _losing_the_release_reply(lost: list):
+    def wrapper(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not lost and "lease_owner = ''" in sql and "ended_at" in sql:
+            lost.append(sql)
+            raise OperationalError("server closed the connection unexpectedly")
+        return result
+    return wrapper
+
+
+@pytest.mark.postgres  # SQLite runs in the process: no reply to lose, and an unread statement rolls back
+@pytest.mark.django_db(transaction=True)
+def test_a_release_that_landed_but_whose_reply_was_lost_leaves_the_instance_ended():
+    # The release committed and the connection dropped before its reply: the replay takes it for a failed
+    # statement and gives its lease back, which must not reopen the instance it ended. Alone, and with its
+    # last step's row in one statement.
+    for name in ("store-errors-release-alone", "store-errors-release-with-row"):
+        lost: list = []
+        with run_workflows() as env, connection.execute_wrapper(_losing_the_release_reply(lost)):
+            instance = workflows.get(name).create(params={})
+            env.run_until_idle()
+            assert len(lost) == 1, name
+            row = Instance.objects.get(pk=instance.pk)
+            assert (row.status, row.lease_owner, row.wake_at) == ("complete", "", None), name
+            env.advance("1 minute")
+            row = Instance.objects.get(pk=instance.pk)
+            assert (row.status, row.epoch) == ("complete", 1), name
+            assert instance.status()["output"] in ("1", 1)

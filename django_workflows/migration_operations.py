@@ -350,3 +350,79 @@ class ReplaceCheckConstraint(Operation):
     @property
     def migration_name_fragment(self):
         return f"replace_{self.constraint.name.lower()}"
+
+
+class DropForeignKeyIndex(Operation):
+    """Sets ``db_index=False`` on a foreign key whose column another index already leads with, and drops
+    the index Django built for it: ``DROP INDEX CONCURRENTLY`` on PostgreSQL (a plain ``DROP INDEX`` takes
+    an ``ACCESS EXCLUSIVE`` lock), a plain ``DROP INDEX`` elsewhere, where Django's ``AlterField`` would
+    copy the whole table on SQLite to drop one index.
+
+    The index is found in the catalog, as the one non-unique index on that column alone, not by its
+    name; run again, it finds none. Backwards, it is built again (``CONCURRENTLY`` on PostgreSQL)."""
+
+    def __init__(self, model_name: str, name: str):
+        self.model_name = model_name
+        self.name = name
+
+    def deconstruct(self):
+        return self.__class__.__name__, [], {"model_name": self.model_name, "name": self.name}
+
+    def state_forwards(self, app_label, state):
+        self._set_db_index(app_label, state, False)
+
+    def _set_db_index(self, app_label, state, db_index: bool) -> None:
+        field = state.models[app_label, self.model_name.lower()].fields[self.name].clone()
+        field.db_index = db_index
+        state.alter_field(app_label, self.model_name.lower(), self.name, field, True)
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
+            return
+        concurrently = " CONCURRENTLY" if _on_postgresql(self, schema_editor) else ""
+        for index in _indexes_of_column_alone(schema_editor, model, model._meta.get_field(self.name).column):
+            schema_editor.execute(f"DROP INDEX{concurrently} IF EXISTS {schema_editor.quote_name(index)}")
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
+            return
+        field = model._meta.get_field(self.name)
+        concurrently = _on_postgresql(self, schema_editor)
+        if concurrently:
+            _drop_invalid_index(schema_editor, schema_editor._create_index_name(model._meta.db_table, [field.column]))
+        if schema_editor.collect_sql or not _indexes_of_column_alone(schema_editor, model, field.column):
+            built = {"concurrently": True} if concurrently else {}
+            schema_editor.execute(schema_editor._create_index_sql(model, fields=[field], **built))
+
+    def describe(self):
+        return f"Drop the index of the foreign key {self.model_name}.{self.name}"
+
+    @property
+    def migration_name_fragment(self):
+        return f"drop_{self.model_name.lower()}_{self.name.lower()}_index"
+
+
+def _indexes_of_column_alone(schema_editor, model, column: str) -> list[str]:
+    """The names of the table's non-unique indexes on ``column`` alone and without a condition (a partial
+    index serves its own rows only). ``sqlmigrate`` prints the statements for a database that has one."""
+    table = model._meta.db_table
+    if schema_editor.collect_sql:
+        return [schema_editor._create_index_name(table, [column])]
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, table)
+        return [name for name, index in found.items()
+                if index["index"] and not index["unique"] and not index["primary_key"]
+                and index["columns"] == [column] and not _is_partial(cursor, table, name)]
+
+
+def _is_partial(cursor, table: str, index: str) -> bool:
+    if cursor.db.vendor == "postgresql":
+        cursor.execute("SELECT indpred IS NOT NULL FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                       [cursor.db.ops.quote_name(index)])
+    elif cursor.db.vendor == "sqlite":
+        cursor.execute("SELECT partial FROM pragma_index_list(%s) WHERE name = %s", [table, index])
+    else:
+        return False
+    row = cursor.fetchone()
+    return bool(row and row[0])

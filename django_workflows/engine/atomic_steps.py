@@ -45,6 +45,7 @@ from django_workflows.shared import clock
 from django_workflows.foundations.control_flow import StoreError
 from django_workflows.errors import WorkflowConfigError
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
+from django_workflows.store import prepared
 from django_workflows.store.lease_keeper import keeper
 from django_workflows.engine.timeouts import callers_transactions
 
@@ -162,6 +163,10 @@ def observe(execute: Execute, sql: str, params: Any, many: bool, context: dict[s
     if _running:
         _note(context["connection"], sql)
     return execute(sql, params, many, context)
+
+
+# Nothing to note while no atomic body runs: the engine's hot statements may skip it then.
+prepared.passes_by_while_empty(observe, _running)
 
 
 def watch_connection(sender: object, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:

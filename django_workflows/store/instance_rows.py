@@ -135,8 +135,7 @@ def insert(instance: Instance, alias: str) -> None:
     ``IntegrityError``."""
     shape = _shape(alias)
     with prepared.cursor(connections[alias]) as cursor:
-        cursor.execute(shape.plain, _values(shape, instance))
-        pk = cursor.fetchone()[0]
+        pk = prepared.first_row(cursor, shape.plain, _values(shape, instance))[0]
     _saved(instance, pk, alias)
 
 
@@ -181,8 +180,7 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
     row = None
     try:
         with prepared.cursor(connection) as cursor:
-            cursor.execute(_holding_text(connection, shape, served), params)
-            row = cursor.fetchone()
+            row = prepared.first_row(cursor, _holding_text(connection, shape, served), params)
     finally:
         if row is None:  # not inserted: the row is the caller's to insert queued
             (instance.status, instance.epoch, instance.lease_owner, instance.lease_expires_at,

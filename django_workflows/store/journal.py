@@ -190,9 +190,7 @@ class JournalWriter:
                                    not self.connection.in_atomic_block else nullcontext()):
             # A row kept by insert_later commits with the release, in one transaction.
             self.write_pending()
-            cursor = self._cursor()
-            cursor.execute(sql, params)
-            released = cursor.fetchall()
+            released = prepared.all_rows(self._cursor(), sql, params)
         if not released:
             self.fence()
         left: str | None = released[0][0] if released else None
@@ -206,10 +204,8 @@ class JournalWriter:
         self._pending = None
         self.check_lease()
         with engine_statements():
-            cursor = self._cursor()
-            cursor.execute(f"WITH kept AS ({row_sql}) {release_sql} AND EXISTS (SELECT 1 FROM kept) "
-                           "RETURNING status", [*row_params, *release_params])
-            released = cursor.fetchall()
+            released = prepared.all_rows(self._cursor(), f"WITH kept AS ({row_sql}) {release_sql} AND EXISTS "
+                                         "(SELECT 1 FROM kept) RETURNING status", [*row_params, *release_params])
         if not released:
             raise self.fence()
         self._once_committed(written)
@@ -371,9 +367,7 @@ class JournalWriter:
         self.write_pending()
         self.check_lease()
         with engine_statements():
-            cursor = self._cursor()
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+            row = prepared.first_row(self._cursor(), sql, params)
         if row is None:
             raise self.fence()
         return row[0], row[1]

@@ -141,8 +141,7 @@ def load(instance_pk: int) -> dict[str, Entry]:
     sql = (f"SELECT {', '.join(journal_columns(connection))} "
            f"FROM {connection.ops.quote_name(Step._meta.db_table)} WHERE instance_id = %s")
     with engine_statements(), prepared.cursor(connection) as cursor:
-        cursor.execute(sql, [instance_pk])
-        fetched = cursor.fetchall()
+        fetched = prepared.all_rows(cursor, sql, [instance_pk])
     return entries(fetched, connection)
 
 
@@ -218,14 +217,13 @@ def take_reading_journal(
     with prepared.cursor(connection) as cursor:
         if connection.vendor != "postgresql":
             # SQLite has no data-modifying WITH; and its statements cost no round trip.
-            cursor.execute(*literals.bind(connection, take_sql, params, constant))
-            return cursor.fetchone(), None
+            return prepared.first_row(cursor, *literals.bind(connection, take_sql, params, constant)), None
         key = (connection.alias, take_sql)
         sql = _WITH_JOURNAL.get(key)
         if sql is None:
             sql = _WITH_JOURNAL[key] = with_journal_sql(connection, take_sql, claimed)
-        cursor.execute(*literals.bind(connection, sql, [*params, *with_journal_params(stamp)], constant))
-        fetched = cursor.fetchall()
+        fetched = prepared.all_rows(cursor, *literals.bind(connection, sql, [*params, *with_journal_params(stamp)],
+                                                           constant))
     taken = next((row[:len(claimed)] for row in fetched if row[0] is not None), None)
     return taken, entries((row[len(claimed):] for row in fetched if row[0] is None), connection)
 

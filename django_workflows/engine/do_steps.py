@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import threading
 import time
+import types
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -302,6 +302,6 @@ def _policy(name: str, config: dict[str, Any] | None) -> StepPolicy:
 def _to_the_end(body: Callable[[], Any]) -> Any:
     """Call a step's body; an ``async def`` body's coroutine runs to its end in an event loop of its own."""
     returned = body()
-    if inspect.iscoroutine(returned):
+    if isinstance(returned, types.CoroutineType):  # inspect.iscoroutine, without its call
         return asyncio.run(returned)
     return returned

@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -157,14 +158,14 @@ database_clock = DatabaseClock()
 # A child forked while another thread held the lock would never read the clock again.
 os.register_at_fork(after_in_child=lambda: setattr(database_clock, "_lock", threading.Lock()))
 _clock: Clock = database_clock
-
-
-def now() -> datetime:
-    return _clock.now()
+now: Callable[[], datetime] = _clock.now
+"""The installed clock's time: its ``now`` itself, which ``use`` binds anew, not a function that calls it
+(a step reads the clock twice)."""
 
 
 def use(clock: Clock) -> Clock:
     """Install ``clock`` and return the one it replaces."""
-    global _clock
+    global _clock, now
     previous, _clock = _clock, clock
+    now = clock.now
     return previous

@@ -34,6 +34,7 @@ from django_workflows.shared import options, routing
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus
 from django_workflows.store import lease_keeper, literals, prepared
+from django_workflows.store.journal_entries import datetime_adapter
 from django_workflows.store.literals import Varying
 from django_workflows.store.lease_keeper import Held
 from django_workflows.store.leases import Claim
@@ -80,7 +81,8 @@ def _preparer(field: Any, connection: BaseDatabaseWrapper) -> Callable[[Any], An
 
         return json_value
     if isinstance(field, DateTimeField):
-        return ops.adapt_datetimefield_value
+        # The journal's adaptation: with its short cut for the UTC datetimes a new instance carries.
+        return datetime_adapter(connection)
     if isinstance(field, DurationField):
         if connection.features.has_native_duration_field:
             return None

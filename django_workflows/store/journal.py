@@ -84,14 +84,19 @@ class JournalWriter:
         self._step_table = step_table
         self._instance_table = instance_table
 
-    def _value(self, column: str, value: Any, json_columns: Collection[str] = _JSON_COLUMNS) -> Any:
-        if column in json_columns:
-            if value is None or isinstance(value, Encoded):
-                return value
-            return attempts_json(value) if column == "attempts" else json.dumps(value)
-        if isinstance(value, datetime):
-            return self._adapt_datetime(value)
-        return value
+    def _values(self, fields: dict[str, Any], json_columns: Collection[str] = _JSON_COLUMNS) -> list[Any]:
+        """The parameters of ``fields``, in their order: JSON encoded (unless the engine encoded it already),
+        datetimes as the database takes them. A loop, not a call a column: it runs for every row."""
+        values = []
+        adapt = self._adapt_datetime
+        for column, value in fields.items():
+            if column in json_columns:
+                if value is not None and not isinstance(value, Encoded):
+                    value = attempts_json(value) if column == "attempts" else json.dumps(value)
+            elif isinstance(value, datetime):
+                value = adapt(value)
+            values.append(value)
+        return values
 
     def insert(self, **fields: Any) -> tuple[int, str]:
         """Insert a journal row; return ``(step id, instance status)``."""
@@ -139,8 +144,7 @@ class JournalWriter:
                 f"SELECT %s, {', '.join(self._placeholders[c] for c in columns)} "
                 f"WHERE {self._fence} {self._returning}"
             )
-        params = [self.instance_pk, *[self._value(c, v) for c, v in fields.items()]]
-        params += [self.instance_pk, self.epoch, self.instance_pk]
+        params = [self.instance_pk, *self._values(fields), self.instance_pk, self.epoch, self.instance_pk]
         return sql, params
 
     def update(self, step_id: int, **fields: Any) -> tuple[int, str]:
@@ -149,8 +153,7 @@ class JournalWriter:
             fields["settled_in"] = self.settled_in
         assignments = ", ".join(f"{c} = {self._placeholders[c]}" for c in fields)
         sql = f"UPDATE {self._step_table} SET {assignments} WHERE id = %s AND {self._fence} {self._returning}"
-        params = [*(self._value(c, v) for c, v in fields.items())]
-        params += [step_id, self.instance_pk, self.epoch, self.instance_pk]
+        params = [*self._values(fields), step_id, self.instance_pk, self.epoch, self.instance_pk]
         return self._execute(sql, params)
 
     def release(self, now: datetime, costs: Costs | None = None, **fields: Any) -> str | None:
@@ -167,14 +170,14 @@ class JournalWriter:
         # not run its workflow at all proves nothing about the steps that crashed before).
         fields.setdefault("crash_count", 0)
         assignments, params = _adding(costs)
-        for column, value in fields.items():
-            if column == "status" and status is WAITING_UNLESS_PAUSE_ASKED:
-                assignments.append("status = CASE WHEN status = %s THEN %s ELSE %s END")
-                params += [InstanceStatus.WAITING_FOR_PAUSE, InstanceStatus.PAUSED, InstanceStatus.WAITING]
-                continue
+        if status is WAITING_UNLESS_PAUSE_ASKED:
+            fields.pop("status")
+            assignments.append("status = CASE WHEN status = %s THEN %s ELSE %s END")
+            params += [InstanceStatus.WAITING_FOR_PAUSE, InstanceStatus.PAUSED, InstanceStatus.WAITING]
+        for column in fields:
             placeholder = self._json_placeholder if column in _JSON_INSTANCE_COLUMNS else "%s"
             assignments.append(f"{column} = {placeholder}")
-            params.append(self._value(column, value, _JSON_INSTANCE_COLUMNS))
+        params += self._values(fields, _JSON_INSTANCE_COLUMNS)
         sql = (
             f"UPDATE {self._instance_table} SET lease_owner = '', lease_expires_at = NULL, "
             f"updated_at = %s, {', '.join(assignments)} WHERE id = %s AND epoch = %s"

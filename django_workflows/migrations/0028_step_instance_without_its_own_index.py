@@ -1,6 +1,6 @@
 from django.db import migrations
 
-from django_workflows.migration_operations import DropForeignKeyIndex
+from django_workflows.migration_index_drops import DropForeignKeyIndex
 
 
 class Migration(migrations.Migration):

@@ -66,28 +66,24 @@ def passes_by_while_empty(wrapper: Any, active: Sized) -> None:
 
 def first_row(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> Any:
     """``cursor.execute(sql, params)``, then its first row (None if it returned none)."""
-    driver = _driver_cursor(cursor)
-    if driver is None:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
-    db = cursor.db
-    db.validate_no_broken_transaction()
-    with db.wrap_database_errors:
-        driver.execute(sql, params)
-        return driver.fetchone()
+    return _run(cursor, sql, params, "fetchone")
 
 
 def all_rows(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> Any:
     """``cursor.execute(sql, params)``, then all its rows (a list)."""
+    return _run(cursor, sql, params, "fetchall")
+
+
+def _run(cursor: CursorWrapper, sql: str, params: Sequence[Any], fetch: str) -> Any:
     driver = _driver_cursor(cursor)
     if driver is None:
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        return getattr(cursor, fetch)()
     db = cursor.db
     db.validate_no_broken_transaction()
     with db.wrap_database_errors:
         driver.execute(sql, params)
-        return driver.fetchall()
+        return getattr(driver, fetch)()
 
 
 def _driver_cursor(cursor: CursorWrapper) -> Any:

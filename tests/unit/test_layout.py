@@ -10,7 +10,7 @@ import django_workflows
 
 ROOT = django_workflows.__path__[0]
 # The app's own modules beside the public ones: Django's, the finder of old paths, the migrations' helpers.
-APP_MODULES = {"apps", "moved_modules", "migration_operations", "migration_reruns"}
+APP_MODULES = {"apps", "moved_modules", "migration_operations", "migration_index_drops", "migration_reruns"}
 FOLDERS = {"admin", "api", "client", "engine", "executors", "foundations", "management", "migrations", "reading",
            "shared", "store", "surfaces", "templatetags"}
 

@@ -80,11 +80,8 @@ class DropForeignKeyIndex(_OnAField):
     name; run again, it finds none. Backwards, it is built again (``CONCURRENTLY`` on PostgreSQL)."""
 
     def state_forwards(self, app_label, state):
-        self._set_db_index(app_label, state, False)
-
-    def _set_db_index(self, app_label, state, db_index: bool) -> None:
         field = state.models[app_label, self.model_name.lower()].fields[self.name].clone()
-        field.db_index = db_index
+        field.db_index = False
         state.alter_field(app_label, self.model_name.lower(), self.name, field, True)
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):

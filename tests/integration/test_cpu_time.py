@@ -284,6 +284,20 @@ def test_every_attempt_carries_its_cpu_and_wall_time_and_the_instance_totals_the
     assert totals.step_wall_ms == pytest.approx(sum(a["wall_ms"] for a in attempts), abs=0.01)
 
 
+def test_an_attempts_cpu_time_never_reads_more_than_its_wall_time(workflows_env, monkeypatch):
+    # The thread's CPU clock and the wall clock are different clocks: on a virtual machine the first can
+    # run ahead of the second by microseconds. Here it runs at twice the speed of the thread's real CPU,
+    # and a short step's figures must still read CPU <= wall.
+    real_thread_time = time.thread_time
+    monkeypatch.setattr(time, "thread_time", lambda: 2 * real_thread_time())
+    instance = workflows.get("three-steps").create()
+    workflows_env.run_until_idle()
+    attempts = [a for step in Step.objects.filter(instance_id=instance.pk) for a in step.attempts]
+    assert len(attempts) == 3
+    for attempt in attempts:
+        assert 0 <= attempt["cpu_ms"] <= attempt["wall_ms"]
+
+
 def test_a_failed_attempt_carries_its_figures_too(workflows_env):
     retry_at_once = {"retries": {"limit": 1, "delay": 0}}
     instance = workflows.get("flaky").create(params={"failures": 1, "config": retry_at_once})

@@ -258,13 +258,17 @@ class Instance(models.Model):
             # most instances have no parent, and the index holds only those that do.
             models.Index(fields=["parent"], name="dw_instance_parent", condition=Q(parent__isnull=False)),
             # Retention reads a batch of due instances at a time, in two reads that this index serves
-            # alike: those whose own time has passed (status IN (...) AND purge_at < now) and those
-            # without one that ended before the RETENTION_DAYS cutoff (status IN (...) AND purge_at IS
-            # NULL AND ended_at < cutoff). Each finds exactly its rows and stops after the batch: an
-            # instance kept longer than RETENTION_DAYS by its own retention is never read again and
-            # again on the way. Not partial: SQLite cannot match a partial index's "status IN (...)"
-            # with the query's bound parameters.
-            models.Index(fields=["status", "purge_at", "ended_at"], name="dw_instance_retention"),
+            # alike: those whose own time has passed (status IN (...) AND purge_at < now AND ended_at IS
+            # NOT NULL) and those without one that ended before the RETENTION_DAYS cutoff (status IN
+            # (...) AND purge_at IS NULL AND ended_at < cutoff). Each finds exactly its rows and stops
+            # after the batch: an instance kept longer than RETENTION_DAYS by its own retention is never
+            # read again and again on the way. Partial on the instances that ended, which are the only
+            # ones retention reads: an instance's INSERT and every change of status before its end
+            # (running, sleeping, waiting) write nothing here. Not "status IN (...)": SQLite cannot
+            # match that with the query's bound parameters, while both reads say something of
+            # ended_at that implies the condition (a purge time is set only with an end time).
+            models.Index(fields=["status", "purge_at", "ended_at"], name="dw_instance_purge",
+                         condition=Q(ended_at__isnull=False)),
             # An object's instances (for_subject, its admin page's inline, ?subject= in the API). Partial:
             # most instances are about no row.
             models.Index(fields=["subject_type", "subject_id"], name="dw_instance_subject",

@@ -7,7 +7,7 @@ retention. The moment it is due is written as it ends (``purge_at``), in the sta
 from durations the replay's claim has read already: no statement more. An instance without its own
 retention for how it ended has no ``purge_at`` and follows ``RETENTION_DAYS``, read at each sweep.
 
-Batched (``RETENTION_BATCH`` instances a transaction), read through the ``dw_instance_retention``
+Batched (``RETENTION_BATCH`` instances a transaction), read through the ``dw_instance_purge``
 index, nothing loaded into Python, and each DELETE re-checks the instance's status and retention, so
 that an instance restarted meanwhile keeps its new journal and inbox. ``workflows_worker`` runs it on a
 thread of its own, off the wake-up loop.
@@ -53,8 +53,9 @@ def _finished() -> QuerySet[Instance]:
 
 
 def due_by_own_retention(now: datetime) -> QuerySet[Instance]:
-    """Finished instances whose own retention ran out before ``now``."""
-    return _finished().filter(purge_at__lt=now)
+    """Finished instances whose own retention ran out before ``now``. A purge time is set only together
+    with an end time; saying so lets the read use the retention index, which holds ended instances only."""
+    return _finished().filter(purge_at__lt=now, ended_at__isnull=False)
 
 
 def due_by_setting(cutoff: datetime) -> QuerySet[Instance]:
@@ -74,7 +75,7 @@ def purge_cutoff(now: datetime | None = None) -> datetime | None:
 def next_purge_batch(due: QuerySet[Instance]) -> list[int]:
     """The ids of up to ``RETENTION_BATCH`` of the ``due`` instances.
 
-    A plain read of the ``dw_instance_retention`` index that stops after the batch, outside any
+    A plain read of the ``dw_instance_purge`` index that stops after the batch, outside any
     transaction: it locks nothing, and an instance restarted after it was read is found out by
     ``delete_finished``. One statement, a read per finished status, each in the index's own order (the
     status fixed, then its retention time and end time), so that each is a walk along one range of the

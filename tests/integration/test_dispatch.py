@@ -356,7 +356,7 @@ def test_the_retention_reads_find_their_batch_through_the_retention_index(workfl
     sql, params = query.query.sql_with_params()
     with transaction.atomic():
         plan = _plan(sql, params)
-    assert "dw_instance_retention" in plan, plan
+    assert "dw_instance_purge" in plan, plan
     if connection.vendor == "postgresql":
         condition = plan.split("Index Cond")[1]
         expected = ["purge_at <"] if due == "own-retention" else ["purge_at IS NULL", "ended_at <"]
@@ -364,6 +364,20 @@ def test_the_retention_reads_find_their_batch_through_the_retention_index(workfl
     else:
         expected = "purge_at<?" if due == "own-retention" else "purge_at=? AND ended_at<?"
         assert expected in plan, plan
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_retention_index_holds_only_the_instances_that_ended(workflows_env):
+    # Retention reads only ended instances: an index over every instance was written by each INSERT and
+    # each change of status of a running one for nothing.
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'dw_instance_purge'")
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'dw_instance_purge'")
+        (definition,) = cursor.fetchone()
+        assert "(status, purge_at, ended_at)" in definition.replace('"', "")
+        assert "WHERE" in definition and "ended_at IS NOT NULL" in definition.replace('"', ""), definition
 
 
 def _finished_long_ago(workflows_env, count: int) -> list:

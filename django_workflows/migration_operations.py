@@ -27,6 +27,7 @@ from django_workflows.migration_reruns import (
     AddConstraintOnce,
     AddFieldOnce,
     AddIndexOnce,
+    RemoveConstraintOnce,
     column_exists,
     index_or_constraint_exists,
 )
@@ -220,14 +221,32 @@ class AddFieldConcurrentlyOnPostgreSQL(_ConcurrentlyOnPostgreSQL, AddFieldOnce):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
 
 
+def _made_an_index(constraint) -> bool:
+    """Whether Django makes the constraint a unique index rather than a table's constraint: a unique
+    constraint with a condition or with operator classes (read with getattr: django-stubs does not declare
+    them)."""
+    return isinstance(constraint, models.UniqueConstraint) and (
+        constraint.condition is not None or bool(getattr(constraint, "opclasses", ())))
+
+
 class AddConstraintConcurrentlyOnPostgreSQL(_ConcurrentlyOnPostgreSQL, AddConstraintOnce):
-    """``AddConstraint`` of a partial ``UniqueConstraint`` (one with a ``condition``), which Django makes a
-    unique index: built ``CONCURRENTLY`` on PostgreSQL, where a plain ``CREATE UNIQUE INDEX`` stops every
-    write to the table while it reads the whole table."""
+    """``AddConstraint`` of a ``UniqueConstraint`` that Django makes a unique index (one with a
+    ``condition`` or with operator classes): built ``CONCURRENTLY`` on PostgreSQL, where a plain
+    ``CREATE UNIQUE INDEX`` stops every write to the table while it reads the whole table. Elsewhere
+    one with operator classes (which only PostgreSQL reads) is that index too, built alone: SQLite's
+    schema editor would copy the whole table to add it."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        model = _model_to_migrate(self, app_label, schema_editor, to_state)
+        if model is not None and _made_an_index(self.constraint) and not _on_postgresql(self, schema_editor):
+            if not index_or_constraint_exists(schema_editor, model._meta.db_table, self.constraint.name):
+                schema_editor.execute(self.constraint.create_sql(model, schema_editor))
+            return
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
 
     def forwards_on_postgresql(self, model, schema_editor, from_state) -> None:
-        if not isinstance(self.constraint, models.UniqueConstraint) or self.constraint.condition is None:
-            raise NotImplementedError(f"{self.__class__.__name__} adds partial unique constraints only.")
+        if not _made_an_index(self.constraint):
+            raise NotImplementedError(f"{self.__class__.__name__} adds unique constraints made indexes only.")
         _drop_invalid_index(schema_editor, self.constraint.name)
         if _index_is(schema_editor, self.constraint.name, valid=True):
             return
@@ -242,8 +261,36 @@ class AddConstraintConcurrentlyOnPostgreSQL(_ConcurrentlyOnPostgreSQL, AddConstr
             return
         if _on_postgresql(self, schema_editor):
             schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.constraint.name)}")
+        elif _made_an_index(self.constraint):
+            if index_or_constraint_exists(schema_editor, model._meta.db_table, self.constraint.name):
+                schema_editor.execute(self.constraint.remove_sql(model, schema_editor))
         else:
             schema_editor.remove_constraint(model, self.constraint)
+
+
+class RemoveUniqueConstraint(RemoveConstraintOnce):
+    """``RemoveConstraint`` of a table's plain ``UniqueConstraint``, passed over when it is gone. On
+    PostgreSQL dropping it is a catalog change (its index goes with it); backwards, its index is built
+    ``CONCURRENTLY`` first and then made the constraint (``ADD CONSTRAINT ... UNIQUE USING INDEX``, a
+    catalog change too). SQLite copies the table either way, as Django's operation does: a table's
+    own constraint cannot be dropped there otherwise."""
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if (model := _model_to_migrate(self, app_label, schema_editor, to_state)) is None:
+            return
+        if not _on_postgresql(self, schema_editor):
+            if not index_or_constraint_exists(schema_editor, model._meta.db_table, self.name):
+                super().database_backwards(app_label, schema_editor, from_state, to_state)
+            return
+        table, name = model._meta.db_table, self.name
+        if _constraint_exists(schema_editor, table, name):
+            return
+        constraint = to_state.models[app_label, self.model_name_lower].get_constraint_by_name(name)
+        quote = schema_editor.quote_name
+        columns = ", ".join(quote(model._meta.get_field(field).column) for field in constraint.fields)
+        _drop_invalid_index(schema_editor, name)
+        schema_editor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {quote(name)} ON {quote(table)} ({columns})")
+        schema_editor.execute(f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(name)} UNIQUE USING INDEX {quote(name)}")
 
 
 class ReplaceCheckConstraint(Operation):

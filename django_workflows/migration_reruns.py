@@ -91,3 +91,8 @@ class AddIndexOnce(_Once, migrations.AddIndex):
 class AddConstraintOnce(_Once, migrations.AddConstraint):
     def _done(self, schema_editor, model) -> bool:
         return index_or_constraint_exists(schema_editor, model._meta.db_table, self.constraint.name)
+
+
+class RemoveConstraintOnce(_Once, migrations.RemoveConstraint):
+    def _done(self, schema_editor, model) -> bool:
+        return not index_or_constraint_exists(schema_editor, model._meta.db_table, self.name)

@@ -204,7 +204,12 @@ class Instance(models.Model):
         ordering = ["-created_at", "-id"]
         permissions = [("send_event", "Can send events to instances (approve, reject, webhooks by hand)")]
         constraints = [
-            models.UniqueConstraint(fields=["workflow_name", "instance_id"], name="dw_instance_unique_id"),
+            # An id is unique within its workflow. The id leads, in PostgreSQL's pattern operator class,
+            # so that this one index also serves the admin's search by an id's beginning (LIKE 'abc%',
+            # whatever the database's collation; the class has "=" too, for the lookups by workflow and
+            # id); other databases ignore operator classes. Django makes such a constraint a unique index.
+            models.UniqueConstraint(fields=["instance_id", "workflow_name"], name="dw_instance_unique_by_id",
+                                    opclasses=["varchar_pattern_ops", "varchar_pattern_ops"]),
             models.CheckConstraint(
                 condition=Q(status__in=InstanceStatus.values), name="dw_instance_status_valid"
             ),
@@ -249,10 +254,6 @@ class Instance(models.Model):
             # the CLI's), read backwards a page at a time instead of sorting the whole table; filtered
             # by status or workflow, it still finds a page of the common ones within a few pages.
             models.Index(fields=["created_at", "id"], name="dw_instance_recent"),
-            # The admin's search: the instances whose id begins with what was typed (LIKE 'abc%').
-            # The pattern operator class makes PostgreSQL use it whatever the database's collation;
-            # other databases ignore operator classes.
-            models.Index(fields=["instance_id"], name="dw_instance_id_prefix", opclasses=["varchar_pattern_ops"]),
             models.Index(fields=["status", "updated_at"], name="dw_instance_status_updated"),
             # A parent's children (its terminate and restart reach them; the admin lists them). Partial:
             # most instances have no parent, and the index holds only those that do.

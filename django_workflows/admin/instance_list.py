@@ -142,8 +142,8 @@ class InstanceList(PageMixin):
 
     def get_search_results(self, request, queryset, search_term):
         """The instances whose id begins with the term, as typed (ids are case-sensitive): read from
-        the ``dw_instance_id_prefix`` index (``id_starts_with``), where Django's default (the id contains
-        the term, in any case) reads every instance."""
+        the ``dw_instance_unique_by_id`` index, which the id leads (``id_starts_with``), where Django's
+        default (the id contains the term, in any case) reads every instance."""
         term = search_term.strip()
         if not term:
             return queryset, False

@@ -52,10 +52,10 @@ class InstanceQuerySet(models.QuerySet):
 
     def id_starts_with(self, prefix: str) -> Self:
         """The instances whose id begins with ``prefix``, as typed (ids are case-sensitive), read as a range
-        of the ``dw_instance_id_prefix`` index. On PostgreSQL a ``LIKE`` prefix is that range (the index's
-        pattern operator class). SQLite's ``LIKE`` ignores case and, written with Django's ``ESCAPE``,
-        scans the whole index: there the prefix is the range itself, from the prefix up to the prefix
-        with its last character the next one (SQLite orders text by its bytes)."""
+        of the ``dw_instance_unique_by_id`` index, which the id leads. On PostgreSQL a ``LIKE`` prefix is
+        that range (the index's pattern operator class). SQLite's ``LIKE`` ignores case and, written with
+        Django's ``ESCAPE``, scans the whole index: there the prefix is the range itself, from the prefix
+        up to the prefix with its last character the next one (SQLite orders text by its bytes)."""
         if not prefix or connections[self.db].vendor != "sqlite":
             return self.filter(instance_id__startswith=prefix)
         if not prefix.isascii():

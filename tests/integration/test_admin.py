@@ -229,10 +229,10 @@ def test_the_search_by_id_reads_a_range_of_the_id_index(workflows_env):
         else:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
         plan = "\n".join(str(row) for row in cursor.fetchall())
-    assert "dw_instance_id_prefix" in plan, plan
+    assert "dw_instance_unique_by_id" in plan, plan
     if connection.vendor == "sqlite":
         # A range of the index, not a scan of all of it (LIKE ... ESCAPE was).
-        assert "dw_instance_id_prefix (instance_id>? AND instance_id<?)" in plan, plan
+        assert "dw_instance_unique_by_id (instance_id>? AND instance_id<?)" in plan, plan
     else:
         assert "Index Cond" in plan and "~>=~" in plan, plan
 

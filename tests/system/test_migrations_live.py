@@ -109,7 +109,7 @@ def _populate() -> None:
 def _schema_faults() -> list[str]:
     """What a migration stopped half-way, or an index Django builds by habit, would leave behind. The
     habit is the ``…_like`` copy of a text column's index (``varchar_pattern_ops``) that Django adds
-    for LIKE lookups nobody makes; ``dw_instance_id_prefix`` is declared for the admin's search by an
+    for LIKE lookups nobody makes; ``dw_instance_unique_by_id`` is declared for the admin's search by an
     id's beginning, and is not one."""
     with connection.cursor() as cursor:
         cursor.execute(

@@ -1,6 +1,6 @@
 """What the database's catalog says of a table's indexes, read the same way on SQLite and PostgreSQL."""
 
-from django.db import connection
+from django.db import connection, transaction
 
 
 def full_indexes(table: str) -> dict[str, tuple[tuple[str, ...], bool]]:
@@ -21,3 +21,17 @@ def full_indexes(table: str) -> dict[str, tuple[tuple[str, ...], bool]]:
             if not (partial and partial[0]):
                 indexes[name] = (tuple(index["columns"]), index["unique"])
     return indexes
+
+
+def query_plan(query) -> str:
+    """The plan the database chooses for a queryset, in a transaction of its own: on PostgreSQL with the
+    sequential scan forbidden, since a test's table is tiny and the question is which index the query can
+    use."""
+    sql, params = query.query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        return "\n".join(str(row) for row in cursor.fetchall())

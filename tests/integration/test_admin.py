@@ -19,6 +19,7 @@ from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.shared.definition import registry
 from django_workflows.reading.drawing.timeline import human_duration, render_timeline, tick_label
 from django_workflows.models import Event, Instance
+from tests.index_catalog import query_plan
 from tests.testapp.workflows import Approval
 
 LIST_URL = reverse("admin:django_workflows_instance_changelist")
@@ -217,18 +218,7 @@ def test_the_search_by_id_is_a_prefix_as_typed(workflows_env, admin_client):
 
 
 def test_the_search_by_id_reads_a_range_of_the_id_index(workflows_env):
-    from django.db import transaction
-
-    query = Instance.objects.id_starts_with("order-1").order_by("-created_at", "-id").values("pk")[:100]
-    sql, params = query.query.sql_with_params()
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # A test table is tiny; forbid the sequential scan to see which index the query can use.
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-        else:
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        plan = "\n".join(str(row) for row in cursor.fetchall())
+    plan = query_plan(Instance.objects.id_starts_with("order-1").order_by("-created_at", "-id").values("pk")[:100])
     assert "dw_instance_unique_by_id" in plan, plan
     if connection.vendor == "sqlite":
         # A range of the index, not a scan of all of it (LIKE ... ESCAPE was).

@@ -11,6 +11,7 @@ from django_workflows.executors.q2 import DjangoQExecutor
 from django_workflows.models import Instance
 from django_workflows.client.new_instances import new_instance
 from django_workflows.store.dispatch import next_wake_time, sweep, wake_due
+from tests.index_catalog import query_plan
 from tests.testapp.workflows import calls
 
 
@@ -316,35 +317,18 @@ def test_the_lease_keeper_renews_a_held_lease(settings):
     assert Instance.objects.get(pk=instance.pk).lease_expires_at == renewed
 
 
-def _plan(sql: str, params) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            # A test table is tiny; forbid the sequential scan to see which index the query can use.
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-        else:
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        return "\n".join(str(row) for row in cursor.fetchall())
-
-
 @pytest.mark.django_db(transaction=False)
 def test_the_wake_up_queries_walk_the_wake_index_without_sorting(workflows_env):
-    from django.db import transaction
-
     # Without statistics (a database never ANALYZEd, as migrate leaves it) SQLite used to pick the
     # (status, updated_at) index and sort every waiting instance, once a second.
     query = Instance.objects.filter(status="waiting", wake_at__isnull=False).order_by("wake_at").values("wake_at")[:1]
-    sql, params = query.query.sql_with_params()
-    with transaction.atomic():
-        plan = _plan(sql, params)
+    plan = query_plan(query)
     assert "dw_instance_wake" in plan and "TEMP B-TREE" not in plan and "Sort" not in plan, plan
 
 
 @pytest.mark.django_db(transaction=False)
 @pytest.mark.parametrize("due", ["own-retention", "setting"])
 def test_the_retention_reads_find_their_batch_through_the_retention_index(workflows_env, due):
-    from django.db import transaction
-
     from django_workflows.store.retention import due_by_own_retention, due_by_setting
 
     # The purge reads a batch of due instances for every batch: without an index that holds the
@@ -353,9 +337,7 @@ def test_the_retention_reads_find_their_batch_through_the_retention_index(workfl
     now = workflows_env.now
     rows = due_by_own_retention(now) if due == "own-retention" else due_by_setting(now)
     query = rows.order_by().values_list("pk", flat=True)[:500]
-    sql, params = query.query.sql_with_params()
-    with transaction.atomic():
-        plan = _plan(sql, params)
+    plan = query_plan(query)
     assert "dw_instance_purge" in plan, plan
     if connection.vendor == "postgresql":
         condition = plan.split("Index Cond")[1]

@@ -9,7 +9,7 @@ from django.db import IntegrityError, connection, transaction
 
 from django_workflows import workflows
 from django_workflows.models import Instance
-from tests.index_catalog import full_indexes
+from tests.index_catalog import full_indexes, query_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -45,15 +45,7 @@ def test_an_id_is_still_unique_within_its_workflow_and_only_there(workflows_env)
 
 
 def test_a_lookup_by_workflow_and_id_reads_the_unique_index():
-    query = Instance.objects.filter(workflow_name="three-steps", instance_id="order-1").values("pk")
-    sql, params = query.query.sql_with_params()
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL enable_seqscan = off")
-            cursor.execute(f"EXPLAIN {sql}", params)
-        else:
-            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        plan = "\n".join(str(row) for row in cursor.fetchall())
+    plan = query_plan(Instance.objects.filter(workflow_name="three-steps", instance_id="order-1").values("pk"))
     assert "dw_instance_unique_by_id" in plan, plan
 
 

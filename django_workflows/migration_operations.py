@@ -86,6 +86,19 @@ def _constraint_exists(schema_editor, table: str, name: str) -> bool:
     )
 
 
+def _add_unique_concurrently(schema_editor, table: str, name: str, columns: list[str]) -> None:
+    """A table's UNIQUE constraint ``name`` on ``columns``, unless it has it: its index built
+    ``CONCURRENTLY`` first (an invalid one left by an interrupted build dropped), then made the constraint
+    (``ADD CONSTRAINT ... UNIQUE USING INDEX``, a catalog change)."""
+    if _constraint_exists(schema_editor, table, name):
+        return
+    quote = schema_editor.quote_name
+    _drop_invalid_index(schema_editor, name)
+    schema_editor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {quote(name)} ON {quote(table)} "
+                          f"({', '.join(quote(column) for column in columns)})")
+    schema_editor.execute(f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(name)} UNIQUE USING INDEX {quote(name)}")
+
+
 def _constraint_name(schema_editor, table: str, column: str, kind: str) -> str:
     """The name PostgreSQL gives a column's own UNIQUE (``key``) or CHECK (``check``) constraint: the
     name the constraint has on databases that were migrated by a plain ``AddField``."""
@@ -191,17 +204,8 @@ class AddFieldConcurrentlyOnPostgreSQL(_ConcurrentlyOnPostgreSQL, AddFieldOnce):
             schema_editor.add_field(from_state.apps.get_model(model._meta.app_label, self.model_name), bare)
 
         if field.unique:
-            name = _constraint_name(schema_editor, table, column, "key")
-            if not _constraint_exists(schema_editor, table, name):
-                _drop_invalid_index(schema_editor, name)
-                schema_editor.execute(
-                    f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {quote(name)} ON {quote(table)} "
-                    f"({quote(column)})"
-                )
-                schema_editor.execute(
-                    f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(name)} "
-                    f"UNIQUE USING INDEX {quote(name)}"
-                )
+            _add_unique_concurrently(schema_editor, table, _constraint_name(schema_editor, table, column, "key"),
+                                     [column])
 
         check = field.db_parameters(connection=schema_editor.connection)["check"]
         if check:
@@ -282,15 +286,9 @@ class RemoveUniqueConstraint(RemoveConstraintOnce):
             if not index_or_constraint_exists(schema_editor, model._meta.db_table, self.name):
                 super().database_backwards(app_label, schema_editor, from_state, to_state)
             return
-        table, name = model._meta.db_table, self.name
-        if _constraint_exists(schema_editor, table, name):
-            return
-        constraint = to_state.models[app_label, self.model_name_lower].get_constraint_by_name(name)
-        quote = schema_editor.quote_name
-        columns = ", ".join(quote(model._meta.get_field(field).column) for field in constraint.fields)
-        _drop_invalid_index(schema_editor, name)
-        schema_editor.execute(f"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS {quote(name)} ON {quote(table)} ({columns})")
-        schema_editor.execute(f"ALTER TABLE {quote(table)} ADD CONSTRAINT {quote(name)} UNIQUE USING INDEX {quote(name)}")
+        constraint = to_state.models[app_label, self.model_name_lower].get_constraint_by_name(self.name)
+        _add_unique_concurrently(schema_editor, model._meta.db_table, self.name,
+                                 [model._meta.get_field(field).column for field in constraint.fields])
 
 
 class ReplaceCheckConstraint(Operation):

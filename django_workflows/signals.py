@@ -12,7 +12,9 @@ The replay's own:
     when it has let go, with ``outcome`` one of "complete", "errored", "terminated", "waiting",
     "queued", "paused", "fenced", or "abandoned" (a statement of the engine's own failed; the instance
     is replayed again shortly). ``released`` is ``time.time()`` just before the write that released
-    the lease, so the intervals of one instance's replays never overlap.
+    the lease, or, for a replay whose lease lapsed unrenewed before that, the moment it lapsed (it
+    wrote nothing and started no step body after it), so the intervals of one instance's replays
+    never overlap.
 
 These two are sent at once, in the replay's thread. The instance's life, each sent once the write
 that journaled it has committed (a replay, or a ``create()``, ``pause()``... run inside a transaction

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -98,6 +99,16 @@ class Reporter:
         if replay_log.isEnabledFor(DEBUG):
             self._log(replay_log, DEBUG, None, None, "running run() (epoch %s, %s)", epoch,
                       "resuming from its journal" if resumed else "from the top")
+
+    def lease_lapsed(self, epoch: int, lapsed_at: float) -> None:
+        """The replay's lease lapsed unrenewed at ``lapsed_at`` (``time.time()``): told once, by the lease
+        keeper's next round or by the replay as it ends, whichever comes first."""
+        replay_log.warning(
+            "%s: the lease (epoch %s) lapsed unrenewed %.1f s ago (the database unreachable, or this process "
+            "too busy to renew it): until a renewal lands, this replay starts no step body and writes nothing, "
+            "and once the lease expires another worker may take the instance over; check that LEASE_SECONDS "
+            "is well above a stall you expect", self.name, epoch, time.time() - lapsed_at,
+            extra={**_extra(self.workflow, self.instance_id, self.pk), "epoch": epoch, "lapsed_at": lapsed_at})
 
     def waiting(self, step_key: str, reason: str, wake_at: datetime | None, waiting_for) -> None:
         if signals.instance_waiting.receivers:

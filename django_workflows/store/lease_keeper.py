@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -43,12 +43,16 @@ class Lease:
     the replay must neither run another step body nor write again.
     """
 
-    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost", "thread", "bodies")
+    __slots__ = ("instance_pk", "epoch", "renewed", "deadline", "lost", "thread", "bodies", "lapse_told",
+                 "on_lapse")
 
-    def __init__(self, instance_pk: int, epoch: int, taken: float, seconds: float):
+    def __init__(self, instance_pk: int, epoch: int, taken: float, seconds: float,
+                 on_lapse: Callable[[int, float], object] | None = None):
         self.instance_pk = instance_pk
         self.epoch = epoch
         self.lost = False
+        # Told once that the lease lapsed unrenewed (``tell_if_lapsed``): the replay's report.
+        self.on_lapse = on_lapse
         # The thread whose replay holds the lease.
         self.thread = threading.get_ident()
         # The step bodies of this replay running now, as (their thread's connection, the monotonic time
@@ -60,9 +64,32 @@ class Lease:
     def extend(self, since: float, seconds: float) -> None:
         self.renewed = since
         self.deadline = since + seconds - min(1.0, seconds / 10)
+        # Whether on_lapse was told that the lease lapsed (since this renewal).
+        self.lapse_told = False
 
     def holds(self) -> bool:
         return not self.lost and time.monotonic() < self.deadline
+
+    def lapsed_at(self) -> float | None:
+        """When (``time.time()``) this holder counted its lease lapsed unrenewed, if its time has run out:
+        from then until a renewal lands, the replay starts no step body and writes nothing (``holds``),
+        and the lease expires in the database a margin later. None before that (a lease found taken
+        before its time was lost, not lapsed)."""
+        overdue = time.monotonic() - self.deadline
+        return time.time() - overdue if overdue >= 0 else None
+
+    def tell_if_lapsed(self, before: float = float("inf")) -> float | None:
+        """``lapsed_at`` if the lease lapsed before ``before`` (``time.time()``), having told ``on_lapse``
+        once (with the epoch and that moment): the operator's sign that renewals failed (the database
+        unreachable, or this process too busy to renew) for as long as a lease lasts."""
+        lapsed = self.lapsed_at()
+        if lapsed is None or lapsed >= before:
+            return None
+        if not self.lapse_told:
+            self.lapse_told = True
+            if self.on_lapse is not None:
+                self.on_lapse(self.epoch, lapsed)
+        return lapsed
 
     def body_started(self, wrapper: BaseDatabaseWrapper, timeout: float) -> tuple[Any, float]:
         """Note that a step body with ``timeout`` seconds starts in this thread, whose connection is
@@ -93,12 +120,13 @@ class LeaseKeeper:
         self._wakeup = threading.Event()
 
     @contextmanager
-    def hold(self, instance_pk: int, epoch: int, taken: float | None = None) -> Iterator[Lease]:
+    def hold(self, instance_pk: int, epoch: int, taken: float | None = None,
+             on_lapse: Callable[[int, float], object] | None = None) -> Iterator[Lease]:
         """Keep the lease taken at ``taken`` (monotonic, just before the statement) renewed while the
-        block runs; yield the ``Lease``."""
+        block runs; yield the ``Lease``. ``on_lapse`` is told if it lapses unrenewed (``tell_if_lapsed``)."""
         key = (instance_pk, epoch)
         lease = Lease(instance_pk, epoch, time.monotonic() if taken is None else taken,
-                      workflow_settings.LEASE_SECONDS)
+                      workflow_settings.LEASE_SECONDS, on_lapse)
         with self._lock:
             self._held[key] = lease
             if self._thread is None or not self._thread.is_alive():
@@ -126,7 +154,14 @@ class LeaseKeeper:
             self._wakeup.wait(min(interval / 2, 1.0))
             due = time.monotonic() - interval
             with self._lock:
-                renew = [lease for lease in self._held.values() if lease.renewed <= due and not lease.lost]
+                held = list(self._held.values())
+            for lease in held:
+                if not lease.lost:
+                    try:
+                        lease.tell_if_lapsed()
+                    except Exception:
+                        pass  # a log handler's failure must not stop the renewals
+            renew = [lease for lease in held if lease.renewed <= due and not lease.lost]
             if not renew:
                 continue
             try:
@@ -149,6 +184,8 @@ class LeaseKeeper:
                             pk=lease.instance_pk, epoch=lease.epoch, status__in=leased
                         ).update(lease_expires_at=expires, **marked)
                     if renewed:
+                        # Even after the lease lapsed: the renewal landing at its epoch means no other
+                        # worker took the instance over, and the replay goes on if it had not stopped.
                         lease.extend(since, seconds)
                     else:
                         # Terminated, restarted or taken over: the replay stops before its next

@@ -9,8 +9,10 @@ Afterwards every instance is complete with its expected output; each step has on
 every step body ran once per journaled attempt, and any extra run was cut short: its process died
 before the step ran again, or the database restart or a cut connection failed its journal write; no
 step ran after its
-result was journaled; every event was consumed exactly once; and no replay of an instance started
-before the previous one had let go of it or its process had died.
+result was journaled; every event was consumed exactly once; no replay of an instance started
+before the previous one had let go of it (released its lease, or counted it lapsed unrenewed) or its
+process had died; no replay started a step body after it said it let go; and every process read the database's
+clock to within CLOCK_TOLERANCE.
 
 The worker processes write what they do (step body runs, replays) to files, not to the database,
 so that the restart cannot lose a record; a watch over /proc notes when each process was last seen
@@ -564,7 +566,9 @@ def print_figures(setup, seed, elapsed, chaos: Chaos, restart, cuts, heartbeats,
                       f"database restart, {report['reruns_connection']} by a cut connection; "
                       f"{report['database_attempts']} attempts failed by the restart or a cut connection"),
         ("replays", f"{report['replays']}, {report['replays_killed']} died with their process, "
-                    f"{report['overlaps']} overlapping"),
+                    f"{report['overlaps']} overlapping, {report['lapsed']} leases lapsed unrenewed"),
+        ("", f"their processes' database clock off by at most {report['clock_error'] * 1000:.1f} ms "
+             f"({report['clock_readings']} replays)"),
         ("", f"{report['unseen']} worker processes lived too briefly for the watch to see them"),
         ("left behind", f"{len(chaos.left_behind)} processes outlived their command or sentinel; "
                         f"{chaos.forced_stops} commands had to be killed at the end"),
@@ -715,6 +719,14 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
         return (f"pid {pid} ({found.kind or 'worker process'}, seen alive {found.first:.3f} to "
                 f"{found.last:.3f}, {gone})")
 
+    def describe(replay: dict) -> str:
+        released = "never released" if replay["released"] is None else f"released at {replay['released']:.3f}"
+        if replay.get("lapsed") is not None:
+            released += f", its lease lapsed at {replay['lapsed']:.3f}"
+        error = "unknown" if replay["clock_error"] is None else f"{replay['clock_error'] * 1000:+.1f} ms"
+        return (f"the replay started at {replay['started']:.3f} in {whois(replay['pid'])}, {released} "
+                f"({replay['outcome']}), its process's database clock off by {error}")
+
     def connection_cut_near(pid: int, began: float, finished: float | None) -> bool:
         # The journal write follows the body's end within milliseconds; a connection cut before that,
         # since the replay's last statement (its take, or the previous step's write), fails it. A body of
@@ -794,6 +806,7 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
     runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
     ended: dict[str, float] = {}  # a run's token: when its body ended
     replays: dict[int, dict[int, dict]] = defaultdict(dict)
+    lapsed: dict[tuple[int, int], float] = {}  # (instance, epoch): when its holder counted the lease lapsed
     for record in records:
         kind = record[0]
         if kind == "run":
@@ -802,12 +815,16 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
         elif kind == "ran":
             ended[record[5]] = record[4]
         elif kind == "replay":
-            _, pk, epoch, pid, at = record
-            replays[pk][epoch] = {"pid": pid, "started": at, "released": None}
+            _, pk, epoch, pid, at, clock_error = record
+            replays[pk][epoch] = {"pid": pid, "started": at, "released": None, "clock_error": clock_error,
+                                  "outcome": None, "lapsed": None}
         elif kind == "released":
             _, pk, epoch, pid, at, outcome = record
             if epoch in replays[pk]:
-                replays[pk][epoch]["released"] = at
+                replays[pk][epoch].update(released=at, outcome=outcome)
+        elif kind == "lapsed":
+            _, pk, epoch, pid, at = record
+            lapsed[(pk, epoch)] = at
     reruns = Counter()
     body_runs = 0
     for (name, key), windows in journaled_attempts.items():
@@ -841,28 +858,62 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
             else:
                 problems.append(f"{name}: step {key} ran twice: it {how}, and again at {following['at']:.3f}")
 
-    # Replays: one at a time per instance. The next starts after the last let go, or, if that one
-    # never let go, after its process died.
+    # Replays: one at a time per instance. The next starts after the last let go (released its lease, or
+    # counted it lapsed unrenewed: the database restart, a cut connection), or, if that one never let go,
+    # after its process died.
     replay_count = killed_replays = overlaps = 0
+    # Each replay's reading of the database's clock, which its lease is taken and held on: the server runs
+    # on this host, so its clock is the host's, and a reading off by more than CLOCK_TOLERANCE would let
+    # one worker take a lease over while its holder still counts it held.
+    clock_errors = [r["clock_error"] for by_epoch in replays.values() for r in by_epoch.values()
+                    if r["clock_error"] is not None]
     for pk, by_epoch in replays.items():
+        for replay in by_epoch.values():
+            if replay["clock_error"] is not None and abs(replay["clock_error"]) > CLOCK_TOLERANCE:
+                problems.append(f"instance {pk}: {describe(replay)}")
         ordered = [by_epoch[epoch] for epoch in sorted(by_epoch)]
         replay_count += len(ordered)
+        instance_name = by_pk[pk].instance_id if pk in by_pk else None
+        for epoch, replay in by_epoch.items():
+            replay["lapsed"] = lapsed.get((pk, epoch))
+            # It let go when it released the lease, or (killed before it could) when the lease lapsed.
+            replay["let_go"] = replay["released"] if replay["released"] is not None else replay["lapsed"]
         for before, after in zip(ordered, ordered[1:]):
-            if before["released"] is not None:
-                if after["started"] < before["released"]:
+            killed_replays += before["released"] is None
+            if before["let_go"] is not None:
+                if after["started"] < before["let_go"]:
                     overlaps += 1
-                    early = before["released"] - after["started"]
+                    early = before["let_go"] - after["started"]
                     problems.append(f"instance {pk}: a replay started {early:.3f} s before the previous "
-                                    "one let go")
+                                    f"one let go: {describe(before)}, then {describe(after)}")
                 continue
-            killed_replays += 1
             if not died_before(before["pid"], after["started"]):
                 overlaps += 1
-                problems.append(f"instance {pk}: the replay started at {before['started']:.3f} in "
-                                f"{whois(before['pid'])} never let go, and the next started at "
-                                f"{after['started']:.3f}")
+                bodies = sorted((run["at"], key) for (run_name, key), found in runs.items()
+                                if run_name == instance_name
+                                for run in found if run["pid"] == before["pid"] and run["at"] >= before["started"])
+                problems.append(f"instance {pk}: {describe(before)} never let go, and the next started at "
+                                f"{after['started']:.3f}; its process's step bodies of the instance since: "
+                                f"{[(f'{at:.3f}', key) for at, key in bodies]}; the database down "
+                                f"{outage and [f'{moment:.3f}' for moment in outage]}")
         if ordered[-1]["released"] is None:
             killed_replays += 1
+        # A replay that ended says when it let go: its release, or the lapse of its lease unrenewed. From
+        # then on it started no step body of its instance (one already running may go on, as the leases
+        # page says). One killed after a lapse may have gone on had a renewal landed before the kill.
+        for index, replay in enumerate(ordered):
+            if replay["released"] is None or instance_name is None:
+                continue
+            # Until this process's next replay of the instance, whose bodies are its own.
+            until = min((r["started"] for r in ordered[index + 1:] if r["pid"] == replay["pid"]),
+                        default=float("inf"))
+            # A body's record follows the replay's check of its lease by a moment.
+            late = [(key, run["at"]) for (run_name, key), found in runs.items() if run_name == instance_name
+                    for run in found
+                    if run["pid"] == replay["pid"] and replay["released"] + CLOCK_TOLERANCE < run["at"] < until]
+            for key, at in late:
+                problems.append(f"instance {pk}: step {key} started at {at:.3f}, after its replay had let go: "
+                                f"{describe(replay)}")
 
     first = min(r["created_at"] for r in instances.values())
     last = max((r["ended_at"] for r in instances.values() if r["ended_at"]), default=first)
@@ -887,4 +938,7 @@ def check(plan: list[Planned], chaos: Chaos, restart: PostgresRestart | None, cu
         "unseen": len(unseen),
         "deaths": sum(1 for found in lives.values() if found.gone and found.gone < chaos.stopped_at),
         "overlaps": overlaps,
+        "clock_error": max((abs(e) for e in clock_errors), default=0.0),
+        "clock_readings": len(clock_errors),
+        "lapsed": len(lapsed),
     }

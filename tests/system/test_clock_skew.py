@@ -25,7 +25,7 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from django_workflows import WorkflowEntrypoint, workflows
+from django_workflows import WorkflowEntrypoint, signals, workflows
 from django_workflows.shared import clock
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Step
@@ -226,6 +226,45 @@ def test_a_replay_whose_lease_lapsed_unrenewed_runs_no_more_step_bodies(between)
     replay(instance.pk)
     assert ran == ["first", "second"]
     assert Instance.objects.get(pk=instance.pk).status == "complete"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_whose_lease_lapsed_says_it_let_go_when_the_lease_lapsed(between, caplog):
+    """``replay_finished``'s ``released`` is when the replay let go: for one whose lease lapsed unrenewed,
+    the moment it lapsed (it wrote nothing after), not when it noticed. Another worker may take the
+    instance over from then on, and one instance's replays must never seem to overlap."""
+    instance = workflows.get("between-steps").create(id="lapsed-audit")
+    finished = []
+    blockers = []
+    hook_ended = []
+
+    def lapse():
+        blockers.append(renewals_blocked_for(instance.pk, 3.0))
+        time.sleep(2.0)  # past the lease (1.5 s)
+        hook_ended.append(time.time())
+
+    def on_finished(sender, started, released, outcome, **kwargs):
+        finished.append((started, released, outcome))
+
+    between.append(lapse)
+    signals.replay_finished.connect(on_finished)
+    try:
+        replay(instance.pk)
+    finally:
+        signals.replay_finished.disconnect(on_finished)
+        for blocker in blockers:
+            blocker.join()
+    [(started, released, outcome)] = finished
+    assert outcome == "fenced"
+    # The lease lapsed a margin (0.15 s) before its 1.5 s were up, measured from before the statement that
+    # took it; the replay went on in run()'s own code until the hook ended, 2 s in.
+    assert released < hook_ended[0] - 0.4, (released - started, hook_ended[0] - started)
+    assert 1.0 < released - started <= 1.5 - 0.15
+    # Told once, in the worker's log, with when it lapsed.
+    [told] = [r for r in caplog.records if hasattr(r, "lapsed_at")]
+    assert told.levelname == "WARNING" and "lapsed unrenewed" in told.getMessage()
+    assert told.name == "django_workflows.engine.replay" and told.workflow == "between-steps"
+    assert (told.instance_pk, told.epoch, told.lapsed_at) == (instance.pk, 1, released)
 
 
 @pytest.mark.django_db(transaction=True)

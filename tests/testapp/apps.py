@@ -1,3 +1,4 @@
+import logging
 import os
 
 from django.apps import AppConfig
@@ -23,6 +24,7 @@ class TestAppConfig(AppConfig):
             replay_started.connect(chaos.replay_started)
             replay_finished.connect(chaos.replay_finished)
             post_spawn.connect(chaos.worker_spawned)
+            logging.getLogger("django_workflows.engine.replay").addHandler(chaos.LapsedLeases())
         elif os.environ.get("TEST_AUDIT_REPLAYS"):
             from tests.testapp import audit
 

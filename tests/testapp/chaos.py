@@ -9,6 +9,7 @@ often each step body really ran and check that one instance's replays never over
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
@@ -82,11 +83,32 @@ def side_effect(instance_id: str, key: str, body, busy_ms: int = 0):
 # Replay audit and worker roles, connected by the test app when TEST_CHAOS_LOG_DIR is set.
 
 def replay_started(sender, instance_pk, epoch, started, **kwargs):
-    log("replay", instance_pk, epoch, os.getpid(), real_time(started))
+    from django_workflows.shared import clock
+
+    # How far this process's reading of the database's clock is from the host's clock. The database
+    # server runs on this host, so the two are one clock: anything but a few milliseconds is an error
+    # in the reading, and leases are taken and held on it.
+    # Read between two readings of the host's clock; a process descheduled in between says nothing.
+    before = time.time()
+    database_time = clock.now().timestamp()
+    after = time.time()
+    clock_error = database_time - real_time((before + after) / 2) if after - before < 0.005 else None
+    log("replay", instance_pk, epoch, os.getpid(), real_time(started), clock_error)
 
 
 def replay_finished(sender, instance_pk, epoch, outcome, released, **kwargs):
     log("released", instance_pk, epoch, os.getpid(), real_time(released), outcome)
+
+
+class LapsedLeases(logging.Handler):
+    """Records each lease its holder counted lapsed unrenewed (the replay's warning that says so):
+    from then on its replay wrote nothing and started no step body, and another worker may take the
+    instance over, even while this process lives on."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lapsed_at = getattr(record, "lapsed_at", None)
+        if lapsed_at is not None:
+            log("lapsed", record.instance_pk, record.epoch, os.getpid(), real_time(lapsed_at))
 
 
 def worker_spawned(sender, proc_name, **kwargs):

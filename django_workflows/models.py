@@ -240,9 +240,15 @@ class Instance(models.Model):
             models.Index(fields=["workflow_name", "started_at"], name="dw_instance_starts"),
             # The same two per limit key, for keyed limits: the instances of one (workflow, key) by
             # status in their turn (the claim's count of those holding a slot or queued ahead, the
-            # hand-on's next ones), and its starts (the claim's check of a keyed rate limit).
+            # hand-on's next ones; a concurrency limit without a key counts its workflow's instances by
+            # their key "" here too), and its starts (the claim's check of a keyed rate limit).
             models.Index(fields=["workflow_name", "limit_key", "status", "turn_at"], name="dw_instance_key_turns"),
-            models.Index(fields=["workflow_name", "limit_key", "started_at"], name="dw_instance_key_starts"),
+            # Partial on the instances that have a key, the only ones a keyed rate limit counts (a key is
+            # never ""): an instance without one, of most workflows, writes nothing here. The check says
+            # NOT (limit_key = '') itself, for SQLite, which matches a partial index's condition only with
+            # the query's own terms, never through its bound parameters.
+            models.Index(fields=["workflow_name", "limit_key", "started_at"], name="dw_instance_keyed_starts",
+                         condition=~Q(limit_key="")),
             # A queue's queued instances of a higher priority than one claimed, in their turn: the
             # claim's look for one to start instead. Partial: only queued instances are looked for.
             models.Index(fields=["status", "queue", "priority", "turn_at"], name="dw_instance_queue_turns",

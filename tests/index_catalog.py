@@ -23,11 +23,11 @@ def full_indexes(table: str) -> dict[str, tuple[tuple[str, ...], bool]]:
     return indexes
 
 
-def query_plan(query) -> str:
-    """The plan the database chooses for a queryset, in a transaction of its own: on PostgreSQL with the
-    sequential scan forbidden, since a test's table is tiny and the question is which index the query can
-    use."""
-    sql, params = query.query.sql_with_params()
+def query_plan(query, params=None) -> str:
+    """The plan the database chooses for a queryset, or for a statement's text with its ``params``, in a
+    transaction of its own: on PostgreSQL with the sequential scan forbidden, since a test's table is tiny
+    and the question is which index the query can use."""
+    sql, params = (query, params) if isinstance(query, str) else query.query.sql_with_params()
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL enable_seqscan = off")

@@ -300,12 +300,9 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
             # Its replay runs no step of run(), only times it out: held back, it would end late.
             return _take(instance_pk, owner, now, lease_seconds, scope)
         if own.rate is not None and started_at is None:
-            by_key, key_params = ("AND limit_key = %s ", [key]) if own.rate_keyed else ("", [])
-            cursor.execute(
-                f"SELECT started_at FROM {table} WHERE workflow_name = %s {by_key}AND started_at > %s "
-                "ORDER BY started_at DESC LIMIT 1 OFFSET %s",
-                [name, *key_params, ops.adapt_datetimefield_value(now - own.rate.period), own.rate.count - 1],
-            )
+            cursor.execute(rate_window_sql(table, own.rate_keyed), [
+                name, *([key] if own.rate_keyed else []), ops.adapt_datetimefield_value(now - own.rate.period),
+                own.rate.count - 1])
             full = cursor.fetchone()
             if full is not None:
                 oldest = rows.reader(connection, Instance, ("started_at",)).decode(full, connection)[0]
@@ -336,6 +333,16 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
             cursor.execute(f"UPDATE {table} SET wake_at = %s WHERE id = %s AND status = %s", [
                 ops.adapt_datetimefield_value(deadline), instance_pk, InstanceStatus.QUEUED.value])
         return claim
+
+
+def rate_window_sql(table: str, keyed: bool) -> str:
+    """The start that fills a rate limit's window, if any: the ``count``-th most recent start of the
+    workflow (``%s``), or of its key (``%s`` next, when ``keyed``), since a time (``%s``), at offset
+    ``count - 1`` (``%s``). Keyed, it says that the key is not "", which a key never is, so that SQLite
+    walks the index of the instances that have one (``dw_instance_keyed_starts``)."""
+    by_key = "AND limit_key = %s AND NOT (limit_key = '') " if keyed else ""
+    return (f"SELECT started_at FROM {table} WHERE workflow_name = %s {by_key}AND started_at > %s "
+            "ORDER BY started_at DESC LIMIT 1 OFFSET %s")
 
 
 def _counted(own: limits.WorkflowLimits, key: str) -> _Condition:

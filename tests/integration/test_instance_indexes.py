@@ -74,3 +74,32 @@ def test_the_migration_folds_the_two_indexes_into_one_and_back():
     finally:
         call_command("migrate", "django_workflows", verbosity=0, skip_checks=True)
     assert _leading_with_the_id() == [BY_ID]
+
+
+# -- a keyed rate limit's starts ------------------------------------------------------------------------
+
+def test_the_index_of_keyed_starts_holds_only_the_instances_that_have_a_key():
+    # Most workflows have no keyed limit: an index of every instance's starts by key was written by each
+    # INSERT (and each first start) for nothing.
+    indexes = full_indexes(TABLE)
+    assert (("workflow_name", "limit_key", "started_at"), False) not in indexes.values(), indexes
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'dw_instance_keyed_starts'")
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'dw_instance_keyed_starts'")
+        (definition,) = cursor.fetchone()
+    assert "(workflow_name, limit_key, started_at)" in definition.replace('"', ""), definition
+    assert "WHERE" in definition and "limit_key" in definition.split("WHERE")[1], definition
+
+
+@pytest.mark.parametrize("keyed", [True, False])
+def test_the_claim_s_rate_window_reads_walk_an_index_of_starts(keyed):
+    from django_workflows.store.leases import rate_window_sql
+
+    table = connection.ops.quote_name(TABLE)
+    since = connection.ops.adapt_datetimefield_value(timezone.now())
+    params = ["per-tenant", *(["acme"] if keyed else []), since, 0]
+    plan = query_plan(rate_window_sql(table, keyed), params)
+    assert ("dw_instance_keyed_starts" if keyed else "dw_instance_starts") in plan, plan
+    assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan

@@ -23,6 +23,17 @@ def full_indexes(table: str) -> dict[str, tuple[tuple[str, ...], bool]]:
     return indexes
 
 
+def index_definition(name: str) -> str:
+    """An index's definition as the catalog keeps it: ``CREATE [UNIQUE] INDEX … [WHERE …]``."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name])
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = %s", [name])
+        (definition,) = cursor.fetchone()
+    return definition
+
+
 def query_plan(query, params=None) -> str:
     """The plan the database chooses for a queryset, or for a statement's text with its ``params``, in a
     transaction of its own: on PostgreSQL with the sequential scan forbidden, since a test's table is tiny

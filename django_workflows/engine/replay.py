@@ -58,7 +58,7 @@ from django_workflows.engine.step_host import Attempt
 from django_workflows.engine.step_rows import StepRows
 from django_workflows.store import leases
 from django_workflows.store.holders import holder
-from django_workflows.store.lease_keeper import Lease, keeper, take_held
+from django_workflows.store.lease_keeper import keeper, let_go_at, take_held
 from django_workflows.store.journal import Entry, JournalWriter, wake_sleeps_and_load
 from django_workflows.foundations.validation import validate_step_name
 from django_workflows.engine.waits import WaitSteps
@@ -103,7 +103,7 @@ def replay(instance_pk: int) -> bool:
     finally:
         current.rows.disarm()
         current.writer.close()
-        released = _let_go(endings.released, current.writer.lease)
+        released = let_go_at(current.writer.lease, endings.released)
         if replay_finished.receivers:
             replay_finished.send_robust(sender=Instance, outcome=outcome, started=started, released=released,
                                         **signal_args)
@@ -111,15 +111,6 @@ def replay(instance_pk: int) -> bool:
             telemetry.end_replay(span, outcome, endings.failure)
         _hand_on(instance.workflow_name, instance.limit_key)
     return True
-
-
-def _let_go(released: float | None, lease: Lease | None) -> float:
-    """When the replay let go of its lease: its release write, or, had the lease lapsed unrenewed before
-    that (the database unreachable, the process frozen), the moment it lapsed, after which the replay wrote
-    nothing and another worker may take the instance over. One instance's replays never overlap."""
-    let_go = time.time() if released is None else released
-    lapsed = lease.tell_if_lapsed(before=let_go) if lease is not None else None
-    return let_go if lapsed is None else lapsed
 
 
 def _hand_on(workflow_name: str, limit_key: str) -> None:

@@ -204,6 +204,16 @@ class LeaseKeeper:
 keeper = LeaseKeeper()
 
 
+def let_go_at(lease: Lease | None, released: float | None) -> float:
+    """When a replay let go of its lease: its release write (``released``, or now if it wrote none), or,
+    had ``lease`` lapsed unrenewed before that (the database unreachable, the process frozen), the moment it
+    lapsed, after which the replay wrote nothing and another worker may take the instance over. One
+    instance's replays never overlap."""
+    let_go = time.time() if released is None else released
+    lapsed = lease.tell_if_lapsed(before=let_go) if lease is not None else None
+    return let_go if lapsed is None else lapsed
+
+
 @dataclass(frozen=True)
 class Held:
     """A lease its instance was created holding (``instance_rows.insert_holding``): the claim, when it was

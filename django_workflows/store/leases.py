@@ -300,9 +300,8 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
             # Its replay runs no step of run(), only times it out: held back, it would end late.
             return _take(instance_pk, owner, now, lease_seconds, scope)
         if own.rate is not None and started_at is None:
-            cursor.execute(rate_window_sql(table, own.rate_keyed), [
-                name, *([key] if own.rate_keyed else []), ops.adapt_datetimefield_value(now - own.rate.period),
-                own.rate.count - 1])
+            window = [name, *([key] if own.rate_keyed else []), ops.adapt_datetimefield_value(now - own.rate.period)]
+            cursor.execute(rate_window_sql(table, own.rate_keyed), [*window, own.rate.count - 1])
             full = cursor.fetchone()
             if full is not None:
                 oldest = rows.reader(connection, Instance, ("started_at",)).decode(full, connection)[0]
@@ -312,7 +311,8 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
                     "updated_at = %s WHERE id = %s AND status IN (%s, %s) AND started_at IS NULL",
                     [InstanceStatus.WAITING.value,
                      ops.adapt_datetimefield_value(deadlines.earliest(oldest + own.rate.period, deadline)),
-                     RATE_LIMITED_REASON.format(rate=own.rate, name=name, key=_of_key(own, key, own.rate_keyed)),
+                     RATE_LIMITED_REASON.format(rate=own.rate, name=name,
+                                                key=f" for {own.key} {key!r}" if own.rate_keyed else ""),
                      stamp, instance_pk, InstanceStatus.QUEUED.value, InstanceStatus.WAITING.value],
                 )
                 return None
@@ -336,10 +336,8 @@ def _take_limited(instance_pk: int, owner: str, now: datetime, lease_seconds: fl
 
 
 def rate_window_sql(table: str, keyed: bool) -> str:
-    """The start that fills a rate limit's window, if any: the ``count``-th most recent start of the
-    workflow (``%s``), or of its key (``%s`` next, when ``keyed``), since a time (``%s``), at offset
-    ``count - 1`` (``%s``). Keyed, it says that the key is not "", which a key never is, so that SQLite
-    walks the index of the instances that have one (``dw_instance_keyed_starts``)."""
+    """The start that fills a rate limit's window (of the workflow, or of its key), if any. Keyed, it says
+    the key is not "" (none is), for SQLite to walk the index of keyed instances' starts."""
     by_key = "AND limit_key = %s AND NOT (limit_key = '') " if keyed else ""
     return (f"SELECT started_at FROM {table} WHERE workflow_name = %s {by_key}AND started_at > %s "
             "ORDER BY started_at DESC LIMIT 1 OFFSET %s")
@@ -352,10 +350,6 @@ def _counted(own: limits.WorkflowLimits, key: str) -> _Condition:
     if own.concurrency_keyed or own.key is None:
         return _Condition(" AND {t}limit_key = %s", (key,))
     return _Condition("")
-
-
-def _of_key(own: limits.WorkflowLimits, key: str, keyed: bool) -> str:
-    return f" for {own.key} {key!r}" if keyed else ""
 
 
 _LOCK_PREFIX = "django_workflows.shared.limits:"

@@ -11,7 +11,7 @@ from django_workflows.executors.q2 import DjangoQExecutor
 from django_workflows.models import Instance
 from django_workflows.client.new_instances import new_instance
 from django_workflows.store.dispatch import next_wake_time, sweep, wake_due
-from tests.index_catalog import query_plan
+from tests.index_catalog import index_definition, query_plan
 from tests.testapp.workflows import calls
 
 
@@ -352,14 +352,9 @@ def test_the_retention_reads_find_their_batch_through_the_retention_index(workfl
 def test_the_retention_index_holds_only_the_instances_that_ended(workflows_env):
     # Retention reads only ended instances: an index over every instance was written by each INSERT and
     # each change of status of a running one for nothing.
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'dw_instance_purge'")
-        else:
-            cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'dw_instance_purge'")
-        (definition,) = cursor.fetchone()
-        assert "(status, purge_at, ended_at)" in definition.replace('"', "")
-        assert "WHERE" in definition and "ended_at IS NOT NULL" in definition.replace('"', ""), definition
+    definition = index_definition("dw_instance_purge")
+    assert "(status, purge_at, ended_at)" in definition.replace('"', "")
+    assert "WHERE" in definition and "ended_at IS NOT NULL" in definition.replace('"', ""), definition
 
 
 def _finished_long_ago(workflows_env, count: int) -> list:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from django_workflows import workflows
 from django_workflows.models import Instance, Step
-from tests.index_catalog import full_indexes, query_plan
+from tests.index_catalog import full_indexes, index_definition, query_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -83,12 +83,7 @@ def test_the_index_of_keyed_starts_holds_only_the_instances_that_have_a_key():
     # INSERT (and each first start) for nothing.
     indexes = full_indexes(TABLE)
     assert (("workflow_name", "limit_key", "started_at"), False) not in indexes.values(), indexes
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'dw_instance_keyed_starts'")
-        else:
-            cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'dw_instance_keyed_starts'")
-        (definition,) = cursor.fetchone()
+    definition = index_definition("dw_instance_keyed_starts")
     assert "(workflow_name, limit_key, started_at)" in definition.replace('"', ""), definition
     assert "WHERE" in definition and "limit_key" in definition.split("WHERE")[1], definition
 

@@ -63,7 +63,12 @@ class _Meter:
         wall = time.perf_counter()
         cpu = time.thread_time()
         try:
-            return _to_the_end(body)
+            returned = body()
+            # An async def body's coroutine runs to its end in an event loop of its own (the type check is
+            # inspect.iscoroutine without its call).
+            if isinstance(returned, types.CoroutineType):
+                return asyncio.run(returned)
+            return returned
         finally:
             cpu = time.thread_time() - cpu
             self.wall = wall = time.perf_counter() - wall
@@ -303,11 +308,3 @@ class DoSteps:
 def _policy(name: str, config: dict[str, Any] | None) -> StepPolicy:
     return default_policy() if config is None else build_policy(
         config, workflow_settings.DEFAULT_STEP_CONFIG, f"step {name!r}")
-
-
-def _to_the_end(body: Callable[[], Any]) -> Any:
-    """Call a step's body; an ``async def`` body's coroutine runs to its end in an event loop of its own."""
-    returned = body()
-    if isinstance(returned, types.CoroutineType):  # inspect.iscoroutine, without its call
-        return asyncio.run(returned)
-    return returned

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 from django_workflows.errors import CpuTimeLimitExceeded, WorkflowError
+from django_workflows.shared.iso_times import isoformat
 from django_workflows.shared.lifecycle import Reporter
 from django_workflows.engine.policy import StepPolicy
 from django_workflows.store.journal import Entry, JournalWriter
@@ -107,7 +108,7 @@ class Attempt(NamedTuple):
 
     def journaled(self, number: int) -> dict[str, Any]:
         """The attempt as ``Step.attempts`` keeps it (an error is added by the caller)."""
-        return {"attempt": number, "start": self.started.isoformat(), "end": self.ended.isoformat(),
+        return {"attempt": number, "start": isoformat(self.started), "end": isoformat(self.ended),
                 "success": self.failure is None, "cpu_ms": _ms(self.cpu), "wall_ms": _ms(self.wall)}
 
 

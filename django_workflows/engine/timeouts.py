@@ -61,6 +61,7 @@ import ctypes
 import heapq
 import itertools
 import math
+import os
 import sys
 import threading
 import time
@@ -141,9 +142,14 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def _ensure_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        # Called under the lock at every watch: ``is_alive()`` is two calls and a lock of its own, so the
+        # thread says itself when it is gone (its loop ending, a forked child that has none).
+        if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="django-workflows-watchdog", daemon=True)
             self._thread.start()
+
+    def _forget_thread(self) -> None:
+        self._thread = None
 
     def watch(self, seconds: float, entry: _Watch | None = None) -> _Watch:
         """Interrupt this thread in ``seconds`` unless ``unwatch`` comes first. ``entry`` is a watch made
@@ -185,30 +191,38 @@ class Watchdog:
 
     def _loop(self) -> None:
         with self._lock:
-            while True:
-                if not self._heap:
-                    self._sleeping_until = math.inf
-                    self._wakeup.wait()
-                    continue
-                deadline, _, entry = self._heap[0]
-                delay = deadline - time.monotonic()
-                if delay > 0:
-                    # Even when that attempt has finished: sleeping until its deadline rather than
-                    # for ever spares the next watch() a wake-up.
-                    self._sleeping_until = deadline
-                    self._wakeup.wait(delay)
-                    continue
-                heapq.heappop(self._heap)
-                if entry.done:
-                    self._finished = max(self._finished - 1, 0)
-                    continue
-                entry.fired = True
-                self._fired[entry.thread_id] = entry
-                _set_async_exc(entry.thread_id, AttemptTimedOut)
-                # Until the attempt ends, the interruption is raised again now and then: code that
-                # swallowed it (a bare except: in a loop), or a library that lost it on its way out of
-                # C, would otherwise hold the worker for ever.
-                heapq.heappush(self._heap, (time.monotonic() + INTERRUPT_AGAIN_AFTER, next(self._counter), entry))
+            try:
+                self._watch_deadlines()
+            finally:
+                # Never expected: the next watch() starts another thread.
+                self._thread = None
+
+    def _watch_deadlines(self) -> None:
+        # Called with the lock held.
+        while True:
+            if not self._heap:
+                self._sleeping_until = math.inf
+                self._wakeup.wait()
+                continue
+            deadline, _, entry = self._heap[0]
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                # Even when that attempt has finished: sleeping until its deadline rather than
+                # for ever spares the next watch() a wake-up.
+                self._sleeping_until = deadline
+                self._wakeup.wait(delay)
+                continue
+            heapq.heappop(self._heap)
+            if entry.done:
+                self._finished = max(self._finished - 1, 0)
+                continue
+            entry.fired = True
+            self._fired[entry.thread_id] = entry
+            _set_async_exc(entry.thread_id, AttemptTimedOut)
+            # Until the attempt ends, the interruption is raised again now and then: code that
+            # swallowed it (a bare except: in a loop), or a library that lost it on its way out of
+            # C, would otherwise hold the worker for ever.
+            heapq.heappush(self._heap, (time.monotonic() + INTERRUPT_AGAIN_AFTER, next(self._counter), entry))
 
 
     def raise_again_if_lost(self, exc_type: object) -> bool:
@@ -234,6 +248,8 @@ class Watchdog:
 
 
 watchdog = Watchdog()
+# A forked child has none of its parent's threads: its first watch() starts a watchdog of its own.
+os.register_at_fork(after_in_child=watchdog._forget_thread)
 
 
 def _raising_lost_interruptions_again(report: UnraisableHook) -> UnraisableHook:

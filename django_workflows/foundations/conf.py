@@ -151,11 +151,13 @@ class WorkflowSettings:
         return sorted(set(self.user_settings) - set(DEFAULTS))
 
     def __getattr__(self, name: str) -> Any:
+        # Called only when the setting is not an attribute yet: its value is then kept as one, so that the
+        # next read is a plain attribute lookup. Through this method every read would first build and
+        # drop an AttributeError, which costs more than a journaled step's other settings reads together.
         if name not in DEFAULTS:
             raise AttributeError(f"Invalid django_workflows setting: {name!r}")
-        if name not in self._cache:
-            self._cache[name] = self.user_settings.get(name, DEFAULTS[name])
-        return self._cache[name]
+        value = self.__dict__[name] = self.user_settings.get(name, DEFAULTS[name])
+        return value
 
     def import_string(self, name: str):
         if name not in IMPORT_STRINGS:
@@ -185,6 +187,8 @@ class WorkflowSettings:
         return self._cache[key]
 
     def reload(self) -> None:
+        for name in DEFAULTS:
+            self.__dict__.pop(name, None)
         self._cache.clear()
 
 

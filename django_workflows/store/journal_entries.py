@@ -21,6 +21,7 @@ from django_workflows.foundations.control_flow import StoreError
 from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, InstanceStatus, Step, StepKind, StepStatus
 from django_workflows.shared.serialization import is_typed
+from django_workflows.shared.iso_times import naive_utc_text
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -281,7 +282,7 @@ def datetime_adapter(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
 
     def adapt_utc(value: Any) -> Any:
         if isinstance(value, datetime) and value.tzinfo is UTC:
-            return str(value.replace(tzinfo=None))
+            return naive_utc_text(value)
         return adapt(value)
 
     return adapt_utc

@@ -123,6 +123,8 @@ text of its own for each n up to the batch's size)."""
 def _converting_once() -> Any:
     from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 
+    _bind_as_text()
+
     texts: dict[str, str] = {}
 
     class ConvertingOnce(SQLiteCursorWrapper):
@@ -140,3 +142,22 @@ def _converting_once() -> Any:
 
     return ConvertingOnce
 
+
+
+def _bind_as_text() -> None:
+    """Have sqlite3 bind the engine's str subclasses (a status, a step's kind, JSON the engine encoded
+    already) as the text they are, through a registered adapter.
+
+    sqlite3 binds a plain str, int or float at once, but for any other type it first looks for an adapter:
+    in its registry, then as two attributes (the protocol's ``__adapt__``, the value's ``__conform__``),
+    each lookup raising an AttributeError and dropping it. A journaled step's row binds four such values;
+    those failed lookups cost more than the rest of binding its parameters. A registered adapter is found
+    in the registry first. The text bound is the same (``str.__str__`` gives the string a subclass holds:
+    a choice's value), so this changes nothing but the time, for the engine's statements and the ORM's."""
+    import sqlite3
+
+    from django_workflows.foundations.statuses import InstanceStatus, ParentEndPolicy, StepKind, StepStatus
+    from django_workflows.store.journal_values import Encoded
+
+    for text_type in (Encoded, InstanceStatus, ParentEndPolicy, StepKind, StepStatus):
+        sqlite3.register_adapter(text_type, str.__str__)

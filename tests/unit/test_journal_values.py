@@ -9,6 +9,7 @@ import pytest
 from django_workflows.engine.step_host import Attempt
 from django_workflows.errors import InvalidStepInput
 from django_workflows.foundations import validation
+from django_workflows.shared import iso_times
 from django_workflows.store import journal_values
 from django_workflows.store.journal_values import attempts_json as _attempts_json
 
@@ -67,3 +68,32 @@ def test_the_valid_names_remembered_are_bounded(monkeypatch):
     for n in range(10):
         assert validation.validate_step_name(f"order {n}") == f"order {n}"
     assert len(validation._VALID_STEP_NAMES) == 3
+
+
+class _CountingMoment(datetime):
+    """A datetime that notes each time it is formatted."""
+
+    formatted: list = []
+
+    def isoformat(self, *args, **kwargs):
+        self.formatted.append(self)
+        return super().isoformat(*args, **kwargs)
+
+
+@pytest.mark.parametrize("microsecond", [0, 7, 123456])
+def test_a_moment_is_formatted_once_for_its_attempt_and_its_column(microsecond):
+    formatted = _CountingMoment.formatted = []
+    start, end = (2026, 12, 7, 4, 33, 10, microsecond), (2026, 12, 7, 4, 33, 11, 5)
+    started, ended = (_CountingMoment(*at, tzinfo=timezone.utc) for at in (start, end))
+    plain_started, plain_ended = (datetime(*at, tzinfo=timezone.utc) for at in (start, end))
+    attempt = Attempt(started, ended, "1", 1, None, 0.0, 0.0, 1).journaled(1)
+    assert (attempt["start"], attempt["end"]) == (plain_started.isoformat(), plain_ended.isoformat())
+    assert formatted == [started, ended]
+    # The columns' text (SQLite's, in UTC) is cut from the attempt's: neither moment is formatted again.
+    assert iso_times.naive_utc_text(started) == str(plain_started.replace(tzinfo=None))
+    assert iso_times.naive_utc_text(ended) == str(plain_ended.replace(tzinfo=None))
+    assert formatted == [started, ended]
+    # An equal moment that is another object is formatted afresh, to the same text.
+    again = _CountingMoment(*start, tzinfo=timezone.utc)
+    assert iso_times.naive_utc_text(again) == str(plain_started.replace(tzinfo=None))
+    assert formatted == [started, ended, again]

@@ -240,3 +240,28 @@ def test_a_process_whose_attempt_swallowed_its_interruption_can_still_be_profile
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20,
                           env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"})
     assert done.stdout.strip() == "profiled", done.stderr[-2000:]
+
+
+def test_a_forked_child_starts_a_watchdog_of_its_own():
+    # The parent's watchdog thread exists; a child forked from it has no threads but the one that forked,
+    # so its first watch must start one, or its attempts would run past their timeouts unwatched.
+    assert call_with_timeout(lambda: 1, 600) == 1
+    parent_thread = watchdog._thread
+    assert parent_thread is not None and parent_thread.is_alive()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report whether its attempt was interrupted, and leave at once
+        try:
+            call_with_timeout(lambda: time.sleep(2), 0.1)
+            outcome = b"ran on"
+        except AttemptTimedOut:
+            outcome = b"interrupted" if watchdog._thread is not parent_thread else b"parent's thread"
+        except BaseException:
+            outcome = b"failed"
+        os.write(write, outcome)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as child:
+        outcome = child.read()
+    os.waitpid(pid, 0)
+    assert outcome == b"interrupted"

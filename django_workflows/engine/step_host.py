@@ -57,6 +57,9 @@ class StepHost(Protocol):
     def count_step(self, key: str, journaled: bool) -> None:
         """Count a ``step.do`` toward the workflow's step limit."""
 
+    def keeps_rows(self) -> bool:
+        """Whether a succeeded step's row may wait for the replay's next write (``engine.step_rows``)."""
+
     def after_write(self, status: str, key: str) -> None:
         """After a step's journal write, given the instance's status it returned: suspend if a pause
         was asked meanwhile."""
@@ -71,9 +74,10 @@ class StepHost(Protocol):
         """The error that stops the replay before ``step`` if it is over its CPU time limit."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PendingDo:
-    """A ``step.do`` the journal does not answer: what running and journaling it needs."""
+    """A ``step.do`` the journal does not answer: what running and journaling it needs. Not frozen: a frozen
+    dataclass sets each field through ``object.__setattr__``, and one is made for every step that runs."""
 
     name: str
     key: str

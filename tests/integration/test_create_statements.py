@@ -3,12 +3,14 @@ sees it: the INSERT that takes the replay's lease, three fenced journal rows, an
 completes the instance, in four commits (the last step's row commits with the end, run() returning
 straight after it; on PostgreSQL in one statement); and that a step's row is still written before any more of run()'s code runs."""
 
+import sys
 from collections import Counter
 
 import pytest
 from benchmarks import statements
 from django.db import connection
 from django_workflows import workflows
+from django_workflows.engine import step_rows
 from django_workflows.models import Instance, Step
 from tests.testapp.workflows import calls
 
@@ -55,3 +57,24 @@ def test_run_that_goes_on_after_its_last_step_finds_that_step_journaled():
     verbs, commits = _count(lambda: workflows.get("looks-after-its-last-step").create(id="counted"))
     # Its last step's row is written before run() reads the journal: a commit of its own.
     assert commits == 4, verbs
+
+
+def test_a_long_replay_watches_for_its_kept_rows_only_while_that_can_pay(monkeypatch):
+    """The profile function that lets a kept row wait for the next call costs each step it watches, and
+    saves at most one commit a replay: past WATCHED_STEPS steps, each row is written as its step returns.
+    Every row is written either way, each before run() goes on."""
+    installed = []
+    setprofile = sys.setprofile
+
+    def counting(function):
+        if function is not None:
+            installed.append(function)
+        setprofile(function)
+
+    monkeypatch.setattr(sys, "setprofile", counting)
+    watched = step_rows.WATCHED_STEPS.get(connection.vendor, step_rows.WATCHED_STEPS_ELSEWHERE)
+    handle = workflows.get("loop").create(id="long", params={"n": watched + 5})
+    monkeypatch.setattr(sys, "setprofile", setprofile)
+    assert handle.status()["output"] == sum(range(watched + 5))
+    assert len(installed) == watched
+    assert Step.objects.filter(instance__instance_id="long", status="succeeded").count() == watched + 5

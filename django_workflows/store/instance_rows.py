@@ -177,8 +177,9 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
     instance.status, instance.epoch, instance.lease_owner = InstanceStatus.RUNNING, 1, owner
     instance.lease_expires_at = now + timedelta(seconds=lease_seconds)
     instance.started_at = instance.updated_at = now
-    params = [*_values(shape, instance), instance.queue, instance.priority,
-              connection.ops.adapt_datetimefield_value(instance.turn_at)]
+    values = _values(shape, instance)
+    # The turn the holding condition compares is the row's own, adapted as it is written.
+    params = [*values, instance.queue, instance.priority, values[shape.attnames.index("turn_at")]]
     row = None
     try:
         with prepared.cursor(connection) as cursor:

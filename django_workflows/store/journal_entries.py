@@ -281,6 +281,8 @@ def datetime_adapter(connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
         return adapt
 
     def adapt_utc(value: Any) -> Any:
+        if value is None:  # most of a new instance's times (wake, deadline, end...)
+            return None
         if isinstance(value, datetime) and value.tzinfo is UTC:
             return naive_utc_text(value)
         return adapt(value)

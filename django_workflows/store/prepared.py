@@ -121,14 +121,26 @@ text of its own for each n up to the batch's size)."""
 
 @functools.cache
 def _converting_once() -> Any:
+    import sqlite3
+
     from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 
     _bind_as_text()
 
     texts: dict[str, str] = {}
+    run = sqlite3.Cursor.execute
 
     class ConvertingOnce(SQLiteCursorWrapper):
         """Django's SQLite cursor, its conversion of a statement's placeholders kept for the next run."""
+
+        def execute(self, query: str, params: Any = None) -> Any:
+            # The engine's statements pass their parameters as a list: Django's execute would first ask
+            # whether they are a Mapping (an ABC's isinstance, dearer than the rest of the call) and then
+            # convert the text, which is found here already converted.
+            if type(params) is list:
+                converted = texts.get(query)
+                return run(self, self.convert_query(query) if converted is None else converted, params)
+            return super().execute(query, params)
 
         def convert_query(self, query: str, *, param_names: list[str] | None = None) -> str:
             if param_names is not None:
@@ -141,7 +153,6 @@ def _converting_once() -> Any:
             return converted
 
     return ConvertingOnce
-
 
 
 def _bind_as_text() -> None:

@@ -148,8 +148,12 @@ class Watchdog:
             self._thread = threading.Thread(target=self._loop, name="django-workflows-watchdog", daemon=True)
             self._thread.start()
 
-    def _forget_thread(self) -> None:
+    def _after_fork_in_child(self) -> None:
+        # The child has only the thread that forked: no watchdog thread, and a lock the parent's thread
+        # may have held at the fork, which nothing in the child would ever let go.
         self._thread = None
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
 
     def watch(self, seconds: float, entry: _Watch | None = None) -> _Watch:
         """Interrupt this thread in ``seconds`` unless ``unwatch`` comes first. ``entry`` is a watch made
@@ -249,7 +253,7 @@ class Watchdog:
 
 watchdog = Watchdog()
 # A forked child has none of its parent's threads: its first watch() starts a watchdog of its own.
-os.register_at_fork(after_in_child=watchdog._forget_thread)
+os.register_at_fork(after_in_child=watchdog._after_fork_in_child)
 
 
 def _raising_lost_interruptions_again(report: UnraisableHook) -> UnraisableHook:

@@ -3,6 +3,8 @@ attempt that ends as its deadline fires leaves no watch armed."""
 
 import os
 import random
+import select
+import signal
 import sys
 import threading
 import time
@@ -242,12 +244,9 @@ def test_a_process_whose_attempt_swallowed_its_interruption_can_still_be_profile
     assert done.stdout.strip() == "profiled", done.stderr[-2000:]
 
 
-def test_a_forked_child_starts_a_watchdog_of_its_own():
-    # The parent's watchdog thread exists; a child forked from it has no threads but the one that forked,
-    # so its first watch must start one, or its attempts would run past their timeouts unwatched.
-    assert call_with_timeout(lambda: 1, 600) == 1
-    parent_thread = watchdog._thread
-    assert parent_thread is not None and parent_thread.is_alive()
+def _child_outcome(parent_thread) -> bytes:
+    """Fork; in the child, run an attempt past its timeout and report how it ended; return the report
+    (b"hung" if the child said nothing within 10 s, and was killed)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report whether its attempt was interrupted, and leave at once
@@ -261,7 +260,41 @@ def test_a_forked_child_starts_a_watchdog_of_its_own():
         os.write(write, outcome)
         os._exit(0)
     os.close(write)
-    with os.fdopen(read, "rb") as child:
-        outcome = child.read()
+    ready, _, _ = select.select([read], [], [], 10)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as child:
+        return child.read() if ready else b"hung"
+
+
+def test_a_forked_child_starts_a_watchdog_of_its_own():
+    # The parent's watchdog thread exists; a child forked from it has no threads but the one that forked,
+    # so its first watch must start one, or its attempts would run past their timeouts unwatched.
+    assert call_with_timeout(lambda: 1, 600) == 1
+    parent_thread = watchdog._thread
+    assert parent_thread is not None and parent_thread.is_alive()
+    assert _child_outcome(parent_thread) == b"interrupted"
+
+
+def test_a_child_forked_while_the_watchdog_lock_is_held_can_still_watch():
+    # Another thread holds the lock as the fork happens (the watchdog's own thread does while it files an
+    # interruption): the child, where nothing would ever let it go, watches with a lock of its own.
+    assert call_with_timeout(lambda: 1, 600) == 1
+    parent_thread = watchdog._thread
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with watchdog._lock:
+            holding.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    try:
+        outcome = _child_outcome(parent_thread)
+    finally:
+        release.set()
+        holder.join()
     assert outcome == b"interrupted"

@@ -47,7 +47,7 @@ from django_workflows.errors import WorkflowConfigError
 from django_workflows.engine.step_host import Attempt, PendingDo, StepHost
 from django_workflows.store import prepared
 from django_workflows.store.lease_keeper import keeper
-from django_workflows.engine.timeouts import callers_transactions
+from django_workflows.engine.interrupted_connections import callers_transactions
 
 
 # A connection's execute wrapper (``execute_wrapper``), and the call it wraps: ``(sql, params, many,

@@ -88,7 +88,7 @@ class DoSteps:
 
     def do(self, name: str, fn: Callable[..., Any], config: dict[str, Any] | None) -> object:
         answered, outcome = self.begin_do(name, fn, config)
-        return outcome if answered else self.run_do(outcome, later=self.host.keeps_rows())
+        return outcome if answered else self.run_do(outcome, later=self.host.rows.watching())
 
     def begin_do(self, name: str, fn: Any, config: dict[str, Any] | None,
                  key: str | None = None) -> tuple[bool, Any]:

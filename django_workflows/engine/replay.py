@@ -389,9 +389,6 @@ class Replay:
         except StepLimitExceeded as exc:
             self.fail_fatally(exc)
 
-    def keeps_rows(self) -> bool:
-        return self.rows.watching()
-
     def after_write(self, status: str, key: str) -> None:
         if status == InstanceStatus.WAITING_FOR_PAUSE:
             raise Suspend(pause=True, step_key=key)

@@ -23,6 +23,13 @@ from django_workflows.store.journal import Entry, JournalWriter
 from django_workflows.store.leases import Claim
 
 
+class KeptRows(Protocol):
+    """The watch over a replay's kept rows as a step sees it (``engine.step_rows.StepRows``)."""
+
+    def watching(self) -> bool:
+        """Whether the next succeeded step's row may be kept for the replay's next write."""
+
+
 class StepHost(Protocol):
     """The replay as its step calls see it."""
 
@@ -38,6 +45,10 @@ class StepHost(Protocol):
     # The key of the step whose body is running: no step may be called from inside it, and the engine
     # must not touch the journal until it returns (its timeout may interrupt it).
     running_step: str | None
+
+    @property
+    def rows(self) -> KeptRows:
+        """The watch under which a succeeded step's row may wait for the replay's next write (``step_rows``)."""
 
     @property
     def fatal(self) -> WorkflowError | None:
@@ -56,9 +67,6 @@ class StepHost(Protocol):
 
     def count_step(self, key: str, journaled: bool) -> None:
         """Count a ``step.do`` toward the workflow's step limit."""
-
-    def keeps_rows(self) -> bool:
-        """Whether a succeeded step's row may wait for the replay's next write (``engine.step_rows``)."""
 
     def after_write(self, status: str, key: str) -> None:
         """After a step's journal write, given the instance's status it returned: suspend if a pause

@@ -317,7 +317,7 @@ def _atomic_block_never_exited():
 def test_discarding_ends_the_interrupted_transaction_and_the_next_statement_opens_a_new_connection(
     interrupted
 ):
-    from django_workflows.engine.timeouts import discard_connections
+    from django_workflows.engine.interrupted_connections import discard_connections
 
     SideEffect.objects.create(name="locked", count=1)
     ran_on_commit = []
@@ -344,7 +344,7 @@ def test_discarding_ends_the_interrupted_transaction_and_the_next_statement_open
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_discarding_cancels_a_statement_still_running_and_releases_its_locks_at_once():
-    from django_workflows.engine.timeouts import discard_connections
+    from django_workflows.engine.interrupted_connections import discard_connections
 
     SideEffect.objects.create(name="locked")
     with connection.cursor() as cursor:
@@ -367,7 +367,7 @@ def test_discarding_cancels_a_statement_still_running_and_releases_its_locks_at_
 
 
 def test_a_transaction_the_attempt_began_in_is_the_callers_and_is_kept(workflows_env):
-    from django_workflows.engine.timeouts import callers_transactions, discard_connections
+    from django_workflows.engine.interrupted_connections import callers_transactions, discard_connections
 
     SideEffect.objects.create(name="the test's own row")
     raw = connection.connection

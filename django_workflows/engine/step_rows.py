@@ -63,12 +63,12 @@ class StepRows:
         return self.watches_left > 0 and self.run_code is not None
 
     def arm(self) -> None:
-        """Watch the thread for the workflow's next call, if a row is kept; write the row now where another
-        profile function is installed."""
+        """Watch the thread for the workflow's next call, if a row is kept (only while ``watching()``); write
+        the row now where another profile function is installed."""
         if not self.writer.keeps_row:
             return
         self.watches_left -= 1
-        if sys.getprofile() is not None or self.run_code is None:
+        if sys.getprofile() is not None:
             self._write()
             return
         sys.setprofile(self._watch)

@@ -57,6 +57,8 @@ class _Shape:
     many: str
     ignoring: str
     rows_at_most: int
+    # Where ``turn_at`` is among the attributes: the INSERT holding the lease compares the row's turn.
+    turn_at: int
 
 
 _shapes: dict[str, _Shape] = {}
@@ -117,6 +119,7 @@ def _build(connection: BaseDatabaseWrapper) -> _Shape:
         many=f"{ops.insert_statement(on_conflict=OnConflict.IGNORE)} {table} ({columns}) VALUES ",
         ignoring=f" {ignoring}" if ignoring else "",
         rows_at_most=max(1, most // len(fields)) if most else 100,
+        turn_at=[field.attname for field in fields].index("turn_at"),
     )
 
 
@@ -179,7 +182,7 @@ def insert_holding(instance: Instance, alias: str, owner: str, now: datetime, le
     instance.started_at = instance.updated_at = now
     values = _values(shape, instance)
     # The turn the holding condition compares is the row's own, adapted as it is written.
-    params = [*values, instance.queue, instance.priority, values[shape.attnames.index("turn_at")]]
+    params = [*values, instance.queue, instance.priority, values[shape.turn_at]]
     row = None
     try:
         with prepared.cursor(connection) as cursor:

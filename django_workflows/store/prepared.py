@@ -135,11 +135,9 @@ def _converting_once() -> Any:
 
         def execute(self, query: str, params: Any = None) -> Any:
             # The engine's statements pass their parameters as a list: Django's execute would first ask
-            # whether they are a Mapping (an ABC's isinstance, dearer than the rest of the call) and then
-            # convert the text, which is found here already converted.
+            # whether they are a Mapping (an ABC's isinstance, dearer than the rest of the call).
             if type(params) is list:
-                converted = texts.get(query)
-                return run(self, self.convert_query(query) if converted is None else converted, params)
+                return run(self, self.convert_query(query), params)
             return super().execute(query, params)
 
         def convert_query(self, query: str, *, param_names: list[str] | None = None) -> str:

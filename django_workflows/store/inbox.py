@@ -92,18 +92,16 @@ def deliver(pk: int, type: str, payload: Any, *, sender: str, now: datetime,  # 
         # replay's inbox check sees this event, or this sees the instance waiting and wakes it; and it
         # orders senders, so that each one's INSERT, a statement begun after the lock, counts the
         # events of those before it.
-        cursor.execute(statements.locked, [pk])
-        row = cursor.fetchone()
+        row = prepared.first_row(cursor, statements.locked, [pk])
         if row is None or row[0] in FINISHED_STATUSES:
             return (None if row is None else row[0]), None
         status, waiting_for = row
         awaited = status == InstanceStatus.WAITING and type in _types(waiting_for)
         checked = _checked(quotas, urgent=quotas.urgent or awaited)
-        cursor.execute(statements.insert(tuple(quota for quota, _ in checked)), [
+        inserted = prepared.first_row(cursor, statements.insert(tuple(quota for quota, _ in checked)), [
             pk, type, statements.payload(payload), statements.moment(now), sender,
             *(value for quota, limit in checked for value in (pk, *_counted_by(quota, sender, type), limit)),
         ])
-        inserted = cursor.fetchone()
         if inserted is None:
             return _refusal(pk, sender, type, checked), None
         event_id = inserted[0]

@@ -287,10 +287,8 @@ class JournalWriter:
         with engine_statements(), transaction.atomic(using=self.alias):
             # On SQLite the transaction holds the database's one write lock already.
             lock = " FOR SHARE" if self.connection.vendor == "postgresql" else ""
-            cursor = self._cursor()
-            cursor.execute(f"SELECT 1 FROM {self._instance_table} WHERE id = %s AND epoch = %s{lock}",
-                           [self.instance_pk, self.epoch])
-            if cursor.fetchone() is None:
+            held = f"SELECT 1 FROM {self._instance_table} WHERE id = %s AND epoch = %s{lock}"
+            if prepared.first_row(self._cursor(), held, [self.instance_pk, self.epoch]) is None:
                 raise self.fence()
             if Event.objects.waiting_for(self.instance_pk, types).filter(received_at__lte=received_by).exists():
                 return None

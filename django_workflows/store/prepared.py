@@ -11,11 +11,12 @@ loses a session's prepared statements.
 
 So the project chooses, with Django's own option: a PostgreSQL database whose ``OPTIONS`` set
 ``prepare_threshold`` (5 is psycopg's default) runs these statements on a cursor that binds on the server,
-and psycopg prepares them after that many runs on a connection; Django's own queries stay on its cursor,
-which never prepares. Without the option nothing changes. The cursor is still Django's wrapper: its
-errors and ``execute_wrapper`` hooks are as for any other. Where Django logs queries (``DEBUG``, a test's
-``CaptureQueriesContext``), the statements stay on Django's cursor, so that ``connection.queries`` shows
-each with its values as it shows every other.
+and ``first_row`` and ``all_rows`` prepare each once on a connection, at its first run, and run it by
+name (``named_statements``); Django's own queries stay on its cursor, which never prepares. Without the
+option nothing changes. The cursor is still Django's wrapper: its errors and ``execute_wrapper`` hooks
+are as for any other. Where Django logs queries (``DEBUG``, a test's ``CaptureQueriesContext``), the
+statements stay on Django's cursor, so that ``connection.queries`` shows each with its values as it shows
+every other.
 
 On SQLite, Django's cursor turns every statement's ``%s`` into the driver's ``?`` with a regular
 expression at every run: a tenth of a journaled step's Python. The engine's cursor keeps each text it has
@@ -39,6 +40,8 @@ from collections.abc import Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 from django.db.backends.utils import CursorWrapper
+
+from django_workflows.store import named_statements
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -82,6 +85,10 @@ def _run(cursor: CursorWrapper, sql: str, params: Sequence[Any], fetch: str) -> 
     db = cursor.db
     db.validate_no_broken_transaction()
     with db.wrap_database_errors:
+        if type(driver) is _NAMED_ON:
+            rows = named_statements.run(db, sql, params, fetch)
+            if rows is not named_statements.NOT_RUN:
+                return rows
         driver.execute(sql, params)
         return getattr(driver, fetch)()
 
@@ -99,19 +106,69 @@ def _driver_cursor(cursor: CursorWrapper) -> Any:
 
 def cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
     """A cursor of ``connection`` (Django's, with its checks and wrappers) for the engine's hot statements:
-    binding on the server, so that psycopg prepares them, where ``prepares``; else ``connection.cursor()``."""
+    binding on the server, its statements run by name where ``prepares``; converting each text once on
+    SQLite; else ``connection.cursor()``."""
+    if "cursor" not in vars(connection) and not connection.queries_logged:
+        # Django's own cursor() with its checks, opening the driver's cursor of the engine's kind at once
+        # instead of a plain one that would be closed again: that plain cursor and its checks of
+        # asyncio and the environment were half the cost of a cursor. Not where something replaced
+        # this connection's cursor() (a debugging toolbar's, which sees every cursor).
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()  # which refuses to run in an event loop, as cursor() does
+        with connection.wrap_database_errors:
+            driver = _engine_driver_cursor(connection)
+            if driver is not None:
+                connection.validate_thread_sharing()
+                return connection.make_cursor(driver)
     wrapper = connection.cursor()
     if prepares(connection):
-        import psycopg
-
         client = wrapper.cursor
-        wrapper.cursor = psycopg.Cursor(client.connection)
+        _psycopg()
+        wrapper.cursor = _NAMED_ON(client.connection)
         client.close()
     elif connection.vendor == "sqlite":
         plain = wrapper.cursor
         wrapper.cursor = connection.connection.cursor(factory=_converting_once())
         plain.close()
     return wrapper
+
+
+def _engine_driver_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """The driver's cursor ``cursor`` gives the engine on ``connection``, opened; None where it is
+    Django's own."""
+    if prepares(connection):
+        _psycopg()
+        return _NAMED_ON(connection.connection)
+    if connection.vendor == "sqlite":
+        return connection.connection.cursor(factory=_converting_once())
+    return None
+
+
+class _NoCursor:
+    pass
+
+
+# The psycopg cursor ``cursor`` opens, once psycopg is imported; until then no cursor is of its type.
+_NAMED_ON: type = _NoCursor
+
+
+@functools.cache
+def _psycopg() -> Any:
+    global _NAMED_ON
+    import psycopg
+
+    class EngineCursor(psycopg.Cursor):
+        """A cursor binding on the server whose statements psycopg never prepares itself: ``first_row``
+        and ``all_rows`` run them by name (``named_statements``), and the rest are run rarely. psycopg
+        drops every statement prepared on its connection (DEALLOCATE ALL) at a rollback once it has
+        prepared one of its own, the engine's named ones with them; never preparing, it never does."""
+
+        def execute(self, query: Any, params: Any = None, *, prepare: bool | None = False,
+                    binary: bool | None = None) -> Any:
+            return super().execute(query, params, prepare=prepare, binary=binary)
+
+    _NAMED_ON = EngineCursor
+    return psycopg
 
 
 _CONVERTED_TEXTS = 1024

@@ -1,0 +1,175 @@
+"""On PostgreSQL with ``prepare_threshold`` set, the engine's hot statements are prepared once on a
+connection under names of the engine's own and run by name (store/named_statements.py): only where
+their transaction is what the cursor would give them, raising what the cursor would raise."""
+
+import pytest
+from django.db import IntegrityError, OperationalError, ProgrammingError, connection, transaction
+from django.utils import timezone
+
+from django_workflows import workflows
+from django_workflows.client.new_instances import unsaved
+from django_workflows.errors import InstanceAlreadyExists
+from django_workflows.models import Instance, Step
+from django_workflows.store import instance_rows, named_statements
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
+              pytest.mark.usefixtures("inline_executor")]
+
+
+@pytest.fixture
+def fresh_connection():
+    """The test's statements on a connection of their own, with nothing prepared on it yet."""
+    connection.close()
+    yield
+    connection.close()
+
+
+@pytest.fixture
+def named_runs(monkeypatch):
+    """The statements ``named_statements.run`` ran by name (not left to the cursor), refused ones too."""
+    ran = []
+    run = named_statements.run
+
+    def counting(db, sql, params, fetch):
+        try:
+            rows = run(db, sql, params, fetch)
+        except Exception:
+            ran.append(sql)
+            raise
+        if rows is not named_statements.NOT_RUN:
+            ran.append(sql)
+        return rows
+
+    monkeypatch.setattr(named_statements, "run", counting)
+    return ran
+
+
+def _row(instance_id: str) -> Instance:
+    """A new instance of a registered workflow, unsaved, for ``instance_rows.insert``."""
+    now = timezone.now()
+    return unsaved(workflow_name="returns-its-last-step", instance_id=instance_id, status="queued",
+                   created_at=now, updated_at=now, turn_at=now)
+
+
+def _prepared() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        return dict(cursor.fetchall())
+
+
+def test_the_instance_insert_the_journal_rows_and_the_release_are_prepared_under_the_engines_names(fresh_connection):
+    for n in range(3):
+        workflows.get("returns-its-last-step").create(id=f"named-{n}")
+    assert Instance.objects.filter(status="complete").count() == 3 and Step.objects.count() == 9
+    prepared = _prepared()
+    step_table, instance_table = Step._meta.db_table, Instance._meta.db_table
+    engines = {name: text for name, text in prepared.items() if name.startswith("_dw_")}
+    # Each prepared once, at its first run, whatever psycopg's threshold: three texts, three names.
+    assert sorted(text.split(" (")[0] for text in engines.values()) == [
+        f'INSERT INTO "{instance_table}"', f'INSERT INTO "{step_table}"', f'WITH kept AS'], prepared
+    assert all("$1" in text and "%s" not in text for text in engines.values())
+    # None of them prepared by psycopg as well.
+    assert not any(text in engines.values() for name, text in prepared.items() if not name.startswith("_dw_"))
+
+
+def test_a_duplicate_id_raises_as_it_did_and_the_connection_goes_on(fresh_connection, named_runs):
+    handle = workflows.get("returns-its-last-step")
+    handle.create(id="dup")
+    named_runs.clear()
+    with pytest.raises(InstanceAlreadyExists):
+        handle.create(id="dup")
+    assert any(sql.startswith(f'INSERT INTO "{Instance._meta.db_table}"') for sql in named_runs), named_runs
+    handle.create(id="after")
+    assert Instance.objects.get(instance_id="after").status == "complete"
+
+
+def test_a_duplicate_id_inserted_by_name_is_djangos_integrity_error(fresh_connection, named_runs):
+    workflows.get("returns-its-last-step").create(id="taken")
+    row = _row("taken")
+    with pytest.raises(IntegrityError):
+        instance_rows.insert(row, "default")
+    # The create's four statements (its insert holding the lease, two journal rows, the last with the
+    # release), then this insert, refused by the server.
+    assert len(named_runs) == 5 and named_runs[-1].startswith(f'INSERT INTO "{Instance._meta.db_table}"')
+
+
+def test_the_first_statement_of_a_transaction_is_left_to_the_cursor_which_begins_it(fresh_connection, named_runs):
+    connection.ensure_connection()
+    row = _row("rolled-back")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        # Out of autocommit with no transaction begun yet: run by name, the INSERT would commit by itself.
+        instance_rows.insert(row, "default")
+        assert named_runs == []
+        second = _row("rolled-back-2")
+        instance_rows.insert(second, "default")  # in the transaction now begun: by name
+        assert len(named_runs) == 1
+        raise RuntimeError("roll back")
+    assert not Instance.objects.filter(instance_id__startswith="rolled-back").exists()
+
+
+def test_a_connection_killed_between_statements_raises_djangos_error_and_the_next_connection_runs_them(
+        fresh_connection, named_runs):
+    handle = workflows.get("returns-its-last-step")
+    handle.create(id="before")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    import psycopg
+
+    params = connection.get_connection_params()
+    dsn = {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
+    with psycopg.connect(**dsn, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+    row = _row("killed")
+    with pytest.raises(OperationalError):
+        instance_rows.insert(row, "default")
+    connection.close()
+    named_runs.clear()
+    handle.create(id="after")
+    assert Instance.objects.get(instance_id="after").status == "complete"
+    assert len(named_runs) == 4  # prepared again on the new connection, and run by name
+    assert not Instance.objects.filter(instance_id="killed").exists()
+
+
+def test_a_rollback_after_the_engines_other_statements_leaves_the_named_ones_prepared(fresh_connection, named_runs):
+    handle = workflows.get("returns-its-last-step")
+    handle.create(id="first")
+    # The engine runs some statements on its cursor itself (a batch's INSERT): psycopg would prepare one
+    # run this often, and then drop every statement of the connection at its next rollback.
+    for n in range(8):
+        handle.create_batch([{"id": f"batch-{n}"}])
+    named = {name for name in _prepared() if name.startswith("_dw_")}
+    assert len(named) >= 3  # the create's, and the batch's replays' take of their leases
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Instance.objects.filter(instance_id="first").update(current_step="x")
+        raise RuntimeError("roll back")
+    assert {name for name in _prepared() if name.startswith("_dw_")} == named
+    named_runs.clear()
+    handle.create(id="after-rollback")
+    assert Instance.objects.get(instance_id="after-rollback").status == "complete"
+    assert len(named_runs) == 4
+    assert not any(name.startswith("_pg3_") for name in _prepared())
+
+
+def test_statements_dropped_on_the_server_are_prepared_again(fresh_connection, named_runs):
+    handle = workflows.get("returns-its-last-step")
+    handle.create(id="before-discard")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # as a pooler's reset query does
+    handle.create(id="after-discard")
+    assert Instance.objects.get(instance_id="after-discard").status == "complete"
+    assert len([name for name in _prepared() if name.startswith("_dw_")]) == 3
+
+
+def test_in_a_transaction_a_statement_dropped_on_the_server_fails_it_and_the_next_runs_prepared_again(
+        fresh_connection):
+    handle = workflows.get("returns-its-last-step")
+    instance_rows.insert(_row("prepares-the-insert"), "default")
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with pytest.raises(ProgrammingError, match="does not exist"), transaction.atomic():
+        instance_rows.insert(_row("first-in-transaction"), "default")  # begins the transaction
+        instance_rows.insert(_row("second-in-transaction"), "default")  # by name: dropped
+    assert not Instance.objects.filter(instance_id__endswith="-in-transaction").exists()
+    handle.create(id="after-discard")
+    assert Instance.objects.get(instance_id="after-discard").status == "complete"

@@ -29,10 +29,13 @@ if TYPE_CHECKING:
 NOT_RUN = object()
 """What ``run`` returns for a statement it leaves to the cursor."""
 
-_MOST_NAMES = 128
-"""The most statements named on one connection: the engine's are a few dozen shapes (a journal write of n
-rows is one of its own for each n). Past it, new ones go through the cursor, which prepares as psycopg
-does."""
+_MOST_NAMES = 256
+"""The most statements kept named on one connection: the engine's are a few dozen shapes (a journal write
+of n rows is one of its own for each n, a release one for each set of columns it sets). Past it, the one
+named first is deallocated to make room, as psycopg's own cache does past its ``prepared_max``."""
+
+_MOST_TEXTS = 1024
+"""The most statement texts kept numbered (``$1``...), forgotten all at once past it."""
 
 # The SQLSTATE of a statement name the server does not know (invalid_sql_statement_name).
 _NOT_PREPARED = b"26000"
@@ -45,10 +48,10 @@ class _Named:
     """The statements named on one psycopg connection."""
 
     __slots__ = ("driver", "names", "numbered", "transformer", "encoding", "auto", "runs_alone", "runs_within",
-                 "fatal", "sqlstate")
+                 "fatal", "sqlstate", "prepared", "rows", "execute", "issued")
 
     def __init__(self, driver: Any) -> None:
-        from psycopg import pq
+        from psycopg import generators, pq
         from psycopg.adapt import PyFormat, Transformer
 
         self.driver = driver
@@ -60,6 +63,10 @@ class _Named:
         self.auto = PyFormat.AUTO
         self.runs_alone, self.runs_within = pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS
         self.fatal, self.sqlstate = pq.ExecStatus.FATAL_ERROR, pq.DiagnosticField.SQLSTATE
+        self.prepared, self.rows = pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK
+        self.execute = generators.execute  # sends what is queued and reads the results, as a cursor does
+        # The names given so far: a name is never given twice on a connection, whatever was dropped.
+        self.issued = 0
 
 
 def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) -> Any:
@@ -76,7 +83,9 @@ def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) ->
         return NOT_RUN
     numbered = named.numbered.get(sql, NOT_RUN)
     if numbered is NOT_RUN:
-        numbered = named.numbered[sql] = _numbered(sql, named.encoding) if len(named.numbered) < _MOST_NAMES else None
+        if len(named.numbered) >= _MOST_TEXTS:
+            named.numbered.clear()
+        numbered = named.numbered[sql] = _numbered(sql, named.encoding)
     if numbered is None:
         return NOT_RUN
     transformer = named.transformer
@@ -87,13 +96,14 @@ def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) ->
             name = named.names.get(key)
             if name is None:
                 if len(named.names) >= _MOST_NAMES:
-                    return NOT_RUN
-                name = f"_dw_{len(named.names)}".encode()
+                    _deallocate_first(named)
+                name = f"_dw_{named.issued}".encode()
+                named.issued += 1
                 pgconn.send_prepare(name, numbered, param_types=transformer.types)
-                _check(named, _results(driver), prepared=True)
+                _check(named, _results(named), prepared=True)
                 named.names[key] = name
             pgconn.send_query_prepared(name, values, param_formats=transformer.formats)
-            result = _results(driver)[-1]
+            result = _results(named)[-1]
             if result.status != named.fatal or result.error_field(named.sqlstate) != _NOT_PREPARED:
                 break
             # Dropped on the server meanwhile (a DEALLOCATE ALL or DISCARD ALL run on this connection):
@@ -109,23 +119,30 @@ def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) ->
     return transformer.load_rows(0, result.ntuples, tuple)
 
 
-def _results(driver: Any) -> Any:
-    from psycopg import generators
+def _deallocate_first(named: _Named) -> None:
+    """Deallocate the statement named first of those kept on ``named``'s connection, and forget it."""
+    first = next(iter(named.names))
+    name = named.names.pop(first)
+    named.driver.pgconn.send_query(b"DEALLOCATE " + name)
+    _check(named, _results(named), prepared=True)
 
-    return driver.wait(generators.execute(driver.pgconn))
+
+def _results(named: _Named) -> Any:
+    driver = named.driver
+    return driver.wait(named.execute(driver.pgconn))
 
 
 def _check(named: _Named, results: list[Any], prepared: bool) -> Any:
     """The last of ``results``, which must be a statement prepared (``prepared``) or rows returned; else the
     error the cursor would raise."""
-    import psycopg
-    from psycopg import errors, pq
-
     result = results[-1]
     status = result.status
-    if status == (pq.ExecStatus.COMMAND_OK if prepared else pq.ExecStatus.TUPLES_OK):
+    if status == (named.prepared if prepared else named.rows):
         return result
-    if status == pq.ExecStatus.COMMAND_OK:
+    import psycopg
+    from psycopg import errors
+
+    if status == named.prepared:
         raise psycopg.ProgrammingError("the last operation didn't produce records")
     raise errors.error_from_result(result, encoding=named.encoding)
 

@@ -173,3 +173,15 @@ def test_in_a_transaction_a_statement_dropped_on_the_server_fails_it_and_the_nex
     assert not Instance.objects.filter(instance_id__endswith="-in-transaction").exists()
     handle.create(id="after-discard")
     assert Instance.objects.get(instance_id="after-discard").status == "complete"
+
+
+def test_past_the_most_kept_the_statement_named_first_is_deallocated(fresh_connection, named_runs, monkeypatch):
+    monkeypatch.setattr(named_statements, "_MOST_NAMES", 2)
+    for n in range(2):
+        workflows.get("returns-its-last-step").create(id=f"evicting-{n}")
+    assert Instance.objects.filter(instance_id__startswith="evicting-", status="complete").count() == 2
+    assert len(named_runs) == 8  # every statement by name, the last ones too
+    named = {name: text for name, text in _prepared().items() if name.startswith("_dw_")}
+    # Three texts took turns in two places: the newest two are kept, under names never given before.
+    assert len(named) == 2 and all(int(name[4:]) >= 2 for name in named), named
+    assert any(text.startswith("WITH kept AS") for text in named.values()), named

@@ -6,15 +6,19 @@ its statements. Each run still goes through that cursor's machinery: the query c
 the prepared statement found by a key of the text and every parameter's type, the results set on the
 cursor and read back from it, about 90,000 instructions for a journal row. The statements are few and
 always the same, so here each is prepared once on a connection under a name (``_dw_`` and a number,
-apart from psycopg's own ``_pg3_`` names) and run by that name: the parameters dumped by the
-connection's own adapters (those the cursor would use), sent, and waited for by psycopg's ``wait``, as
-the cursor does, which cancels the statement on an interrupt. A third of the instructions.
+apart from psycopg's own ``_pg3_`` names) once it has run ``prepare_threshold`` times there, as psycopg
+would prepare it, and run by that name: the parameters dumped by the connection's own adapters (those
+the cursor would use), sent, and waited for by psycopg's ``wait``, as the cursor does, which cancels the
+statement on an interrupt. A third of the instructions. Until then it is sent unnamed, parsed and
+planned at each run, as the cursor sends a statement it has not prepared.
 
-Only where the statement's transaction is what it would be on the cursor: the connection in autocommit
-with no transaction open (the statement commits by itself), or inside a transaction already begun.
-Where psycopg would first send a BEGIN (out of autocommit, none begun yet), the cursor runs it. An
-error of the server is raised as the cursor raises it (psycopg's error for its SQLSTATE), and Django's
-wrapper around the call turns it into Django's, as for any statement.
+Only for a statement that runs alone, committing by itself: the connection in autocommit with no
+transaction open, as the engine's statements between steps are. In a transaction the cursor runs it, as
+before: psycopg deallocates every statement prepared on its connection at a rollback once it has
+prepared one of its own, and a statement run alone whose name was dropped so is simply prepared again
+and run (it did not run); one in a transaction would have failed the transaction. An error of the server
+is raised as the cursor raises it (psycopg's error for its SQLSTATE), and Django's wrapper around the
+call turns it into Django's, as for any statement.
 """
 
 from __future__ import annotations
@@ -47,8 +51,8 @@ _PLACEHOLDER = re.compile(r"%s")
 class _Named:
     """The statements named on one psycopg connection."""
 
-    __slots__ = ("driver", "names", "numbered", "transformer", "encoding", "auto", "runs_alone", "runs_within",
-                 "fatal", "sqlstate", "prepared", "rows", "execute", "issued")
+    __slots__ = ("driver", "names", "numbered", "transformer", "encoding", "auto", "runs_alone",
+                 "fatal", "sqlstate", "prepared", "rows", "execute", "issued", "runs", "threshold")
 
     def __init__(self, driver: Any) -> None:
         from psycopg import generators, pq
@@ -61,12 +65,15 @@ class _Named:
         self.transformer = Transformer(driver)
         self.encoding = driver.info.encoding
         self.auto = PyFormat.AUTO
-        self.runs_alone, self.runs_within = pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS
+        self.runs_alone = pq.TransactionStatus.IDLE
         self.fatal, self.sqlstate = pq.ExecStatus.FATAL_ERROR, pq.DiagnosticField.SQLSTATE
         self.prepared, self.rows = pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK
         self.execute = generators.execute  # sends what is queued and reads the results, as a cursor does
         # The names given so far: a name is never given twice on a connection, whatever was dropped.
         self.issued = 0
+        # The runs of each statement not named yet, and how many make it worth naming (the connection's).
+        self.runs: dict[tuple[str, Any], int] = {}
+        self.threshold = driver.prepare_threshold if driver.prepare_threshold is not None else 0
 
 
 def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) -> Any:
@@ -78,8 +85,7 @@ def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) ->
     if named is None or named.driver is not driver:
         named = db.__dict__["_workflows_named"] = _Named(driver)
     pgconn = driver.pgconn
-    status = pgconn.transaction_status
-    if not (status == named.runs_within or (status == named.runs_alone and driver.autocommit)):
+    if not driver.autocommit or pgconn.transaction_status != named.runs_alone:
         return NOT_RUN
     numbered = named.numbered.get(sql, NOT_RUN)
     if numbered is NOT_RUN:
@@ -95,6 +101,18 @@ def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) ->
         for _ in range(2):
             name = named.names.get(key)
             if name is None:
+                # Prepared once run ``prepare_threshold`` times on the connection, as psycopg does: a text
+                # run once or twice (a batch of an unusual size) is not worth a statement kept on the server.
+                runs = named.runs.get(key, 0)
+                if runs < named.threshold:
+                    if len(named.runs) >= _MOST_TEXTS:
+                        named.runs.clear()
+                    named.runs[key] = runs + 1
+                    pgconn.send_query_params(numbered, values, param_formats=transformer.formats,
+                                             param_types=transformer.types)
+                    result = _results(named)[-1]
+                    break
+                named.runs.pop(key, None)
                 if len(named.names) >= _MOST_NAMES:
                     _deallocate_first(named)
                 name = f"_dw_{named.issued}".encode()
@@ -106,12 +124,10 @@ def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) ->
             result = _results(named)[-1]
             if result.status != named.fatal or result.error_field(named.sqlstate) != _NOT_PREPARED:
                 break
-            # Dropped on the server meanwhile (a DEALLOCATE ALL or DISCARD ALL run on this connection):
-            # each is prepared again at its next run. Run alone, this one did not run, and runs now; in a
-            # transaction, the error has failed it.
+            # Dropped on the server meanwhile: psycopg deallocates every statement of its connection at a
+            # rollback once it has prepared one of its own, and a pooler's reset (DISCARD ALL) does too.
+            # Each is prepared again at its next run; this one, run alone, did not run, and runs now.
             named.names.clear()
-            if status != named.runs_alone:
-                break
         result = _check(named, [result], prepared=False)
     transformer.set_pgresult(result)
     if fetch == "fetchone":

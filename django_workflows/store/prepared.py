@@ -11,8 +11,8 @@ loses a session's prepared statements.
 
 So the project chooses, with Django's own option: a PostgreSQL database whose ``OPTIONS`` set
 ``prepare_threshold`` (5 is psycopg's default) runs these statements on a cursor that binds on the server,
-and ``first_row`` and ``all_rows`` prepare each once on a connection, at its first run, and run it by
-name (``named_statements``); Django's own queries stay on its cursor, which never prepares. Without the
+and ``first_row`` and ``all_rows`` prepare each once on a connection, once it has run that many times
+there, and run it by name (``named_statements``); Django's own queries stay on its cursor, which never prepares. Without the
 option nothing changes. The cursor is still Django's wrapper: its errors and ``execute_wrapper`` hooks
 are as for any other. Where Django logs queries (``DEBUG``, a test's ``CaptureQueriesContext``), the
 statements stay on Django's cursor, so that ``connection.queries`` shows each with its values as it shows
@@ -158,14 +158,8 @@ def _psycopg() -> Any:
     import psycopg
 
     class EngineCursor(psycopg.Cursor):
-        """A cursor binding on the server whose statements psycopg never prepares itself: ``first_row``
-        and ``all_rows`` run them by name (``named_statements``), and the rest are run rarely. psycopg
-        drops every statement prepared on its connection (DEALLOCATE ALL) at a rollback once it has
-        prepared one of its own, the engine's named ones with them; never preparing, it never does."""
-
-        def execute(self, query: Any, params: Any = None, *, prepare: bool | None = False,
-                    binary: bool | None = None) -> Any:
-            return super().execute(query, params, prepare=prepare, binary=binary)
+        """The engine's cursor binding on the server: its statements run alone go by name
+        (``named_statements``, through ``first_row`` and ``all_rows``); psycopg prepares the others."""
 
     _NAMED_ON = EngineCursor
     return psycopg

@@ -3,7 +3,7 @@ connection under names of the engine's own and run by name (store/named_statemen
 their transaction is what the cursor would give them, raising what the cursor would raise."""
 
 import pytest
-from django.db import IntegrityError, OperationalError, ProgrammingError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from django_workflows import workflows
@@ -16,10 +16,18 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
               pytest.mark.usefixtures("inline_executor")]
 
 
-@pytest.fixture
-def fresh_connection():
-    """The test's statements on a connection of their own, with nothing prepared on it yet."""
+def _reconnect_with_threshold(monkeypatch, threshold: int) -> None:
+    options = {**connection.settings_dict.get("OPTIONS", {}), "prepare_threshold": threshold}
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
     connection.close()
+    connection.ensure_connection()
+
+
+@pytest.fixture
+def fresh_connection(monkeypatch):
+    """The test's statements on a connection of their own, with nothing prepared on it yet, where a
+    statement is prepared at its first run (``prepare_threshold`` 0)."""
+    _reconnect_with_threshold(monkeypatch, 0)
     yield
     connection.close()
 
@@ -64,7 +72,7 @@ def test_the_instance_insert_the_journal_rows_and_the_release_are_prepared_under
     prepared = _prepared()
     step_table, instance_table = Step._meta.db_table, Instance._meta.db_table
     engines = {name: text for name, text in prepared.items() if name.startswith("_dw_")}
-    # Each prepared once, at its first run, whatever psycopg's threshold: three texts, three names.
+    # Each prepared once, at its first run (the threshold is 0): three texts, three names.
     assert sorted(text.split(" (")[0] for text in engines.values()) == [
         f'INSERT INTO "{instance_table}"', f'INSERT INTO "{step_table}"', f'WITH kept AS'], prepared
     assert all("$1" in text and "%s" not in text for text in engines.values())
@@ -93,17 +101,15 @@ def test_a_duplicate_id_inserted_by_name_is_djangos_integrity_error(fresh_connec
     assert len(named_runs) == 5 and named_runs[-1].startswith(f'INSERT INTO "{Instance._meta.db_table}"')
 
 
-def test_the_first_statement_of_a_transaction_is_left_to_the_cursor_which_begins_it(fresh_connection, named_runs):
-    connection.ensure_connection()
+def test_in_a_transaction_the_statements_are_left_to_the_cursor(fresh_connection, named_runs):
     row = _row("rolled-back")
     with pytest.raises(RuntimeError), transaction.atomic():
-        # Out of autocommit with no transaction begun yet: run by name, the INSERT would commit by itself.
+        # Run by name, the first INSERT would commit by itself (no BEGIN sent yet); the second would be
+        # lost with every named statement should psycopg deallocate them all at a rollback.
         instance_rows.insert(row, "default")
-        assert named_runs == []
-        second = _row("rolled-back-2")
-        instance_rows.insert(second, "default")  # in the transaction now begun: by name
-        assert len(named_runs) == 1
+        instance_rows.insert(_row("rolled-back-2"), "default")
         raise RuntimeError("roll back")
+    assert named_runs == []
     assert not Instance.objects.filter(instance_id__startswith="rolled-back").exists()
 
 
@@ -131,24 +137,23 @@ def test_a_connection_killed_between_statements_raises_djangos_error_and_the_nex
     assert not Instance.objects.filter(instance_id="killed").exists()
 
 
-def test_a_rollback_after_the_engines_other_statements_leaves_the_named_ones_prepared(fresh_connection, named_runs):
+def test_statements_psycopg_drops_at_a_rollback_are_prepared_again(fresh_connection, named_runs):
     handle = workflows.get("returns-its-last-step")
     handle.create(id="first")
-    # The engine runs some statements on its cursor itself (a batch's INSERT): psycopg would prepare one
-    # run this often, and then drop every statement of the connection at its next rollback.
+    assert len([name for name in _prepared() if name.startswith("_dw_")]) == 3
+    # The engine runs some statements on its cursor itself (a batch's INSERT): psycopg prepares them,
+    # and then deallocates every statement of the connection at its next rollback, the named ones too.
     for n in range(8):
         handle.create_batch([{"id": f"batch-{n}"}])
-    named = {name for name in _prepared() if name.startswith("_dw_")}
-    assert len(named) >= 3  # the create's, and the batch's replays' take of their leases
     with pytest.raises(RuntimeError), transaction.atomic():
         Instance.objects.filter(instance_id="first").update(current_step="x")
         raise RuntimeError("roll back")
-    assert {name for name in _prepared() if name.startswith("_dw_")} == named
+    assert [name for name in _prepared() if name.startswith("_dw_")] == []
     named_runs.clear()
     handle.create(id="after-rollback")
     assert Instance.objects.get(instance_id="after-rollback").status == "complete"
     assert len(named_runs) == 4
-    assert not any(name.startswith("_pg3_") for name in _prepared())
+    assert len([name for name in _prepared() if name.startswith("_dw_")]) == 3
 
 
 def test_statements_dropped_on_the_server_are_prepared_again(fresh_connection, named_runs):
@@ -161,20 +166,6 @@ def test_statements_dropped_on_the_server_are_prepared_again(fresh_connection, n
     assert len([name for name in _prepared() if name.startswith("_dw_")]) == 3
 
 
-def test_in_a_transaction_a_statement_dropped_on_the_server_fails_it_and_the_next_runs_prepared_again(
-        fresh_connection):
-    handle = workflows.get("returns-its-last-step")
-    instance_rows.insert(_row("prepares-the-insert"), "default")
-    with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
-    with pytest.raises(ProgrammingError, match="does not exist"), transaction.atomic():
-        instance_rows.insert(_row("first-in-transaction"), "default")  # begins the transaction
-        instance_rows.insert(_row("second-in-transaction"), "default")  # by name: dropped
-    assert not Instance.objects.filter(instance_id__endswith="-in-transaction").exists()
-    handle.create(id="after-discard")
-    assert Instance.objects.get(instance_id="after-discard").status == "complete"
-
-
 def test_past_the_most_kept_the_statement_named_first_is_deallocated(fresh_connection, named_runs, monkeypatch):
     monkeypatch.setattr(named_statements, "_MOST_NAMES", 2)
     for n in range(2):
@@ -185,3 +176,23 @@ def test_past_the_most_kept_the_statement_named_first_is_deallocated(fresh_conne
     # Three texts took turns in two places: the newest two are kept, under names never given before.
     assert len(named) == 2 and all(int(name[4:]) >= 2 for name in named), named
     assert any(text.startswith("WITH kept AS") for text in named.values()), named
+
+
+def test_a_statement_is_named_once_it_has_run_prepare_threshold_times_on_the_connection(monkeypatch, named_runs):
+    _reconnect_with_threshold(monkeypatch, 2)
+    handle = workflows.get("returns-its-last-step")
+    step_row = f'INSERT INTO "{Step._meta.db_table}"'
+
+    def named():
+        return sorted(text.split(" (")[0] for name, text in _prepared().items() if name.startswith("_dw_"))
+
+    handle.create(id="first")
+    # Each run once or twice (the step row twice): sent unnamed, parsed at each run, as psycopg sends a
+    # statement it has not prepared.
+    assert named() == []
+    handle.create(id="second")  # the step row's third run: named; the others' second
+    assert named() == [step_row]
+    handle.create(id="third")
+    assert named() == [f'INSERT INTO "{Instance._meta.db_table}"', step_row, "WITH kept AS"]
+    assert Instance.objects.filter(status="complete").count() == 3
+    connection.close()

@@ -77,9 +77,9 @@ class _Named:
 
 
 def run(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any], fetch: str) -> Any:
-    """Run ``sql`` with ``params`` on ``db``'s psycopg connection by its name, preparing it the first time;
-    return what the cursor's ``fetch`` ("fetchone" or "fetchall") would. ``NOT_RUN`` where the cursor
-    must run it."""
+    """Run ``sql`` with ``params`` alone on ``db``'s psycopg connection, by its name once it has run
+    ``prepare_threshold`` times there (unnamed until then); return what the cursor's ``fetch``
+    ("fetchone" or "fetchall") would. ``NOT_RUN`` where the cursor must run it: in a transaction."""
     driver = db.connection
     named = db.__dict__.get("_workflows_named")
     if named is None or named.driver is not driver:

@@ -121,15 +121,10 @@ def cursor(connection: BaseDatabaseWrapper) -> CursorWrapper:
                 connection.validate_thread_sharing()
                 return connection.make_cursor(driver)
     wrapper = connection.cursor()
-    if prepares(connection):
-        client = wrapper.cursor
-        _psycopg()
-        wrapper.cursor = _NAMED_ON(client.connection)
-        client.close()
-    elif connection.vendor == "sqlite":
-        plain = wrapper.cursor
-        wrapper.cursor = connection.connection.cursor(factory=_converting_once())
-        plain.close()
+    driver = _engine_driver_cursor(connection)
+    if driver is not None:
+        wrapper.cursor.close()
+        wrapper.cursor = driver
     return wrapper
 
 
@@ -148,7 +143,8 @@ class _NoCursor:
     pass
 
 
-# The psycopg cursor ``cursor`` opens, once psycopg is imported; until then no cursor is of its type.
+# The cursor class ``cursor`` opens on PostgreSQL (psycopg's own, binding on the server), once psycopg is
+# imported; until then no cursor is of it. Django's cursors are subclasses of psycopg's, never it.
 _NAMED_ON: type = _NoCursor
 
 
@@ -157,11 +153,7 @@ def _psycopg() -> Any:
     global _NAMED_ON
     import psycopg
 
-    class EngineCursor(psycopg.Cursor):
-        """The engine's cursor binding on the server: its statements run alone go by name
-        (``named_statements``, through ``first_row`` and ``all_rows``); psycopg prepares the others."""
-
-    _NAMED_ON = EngineCursor
+    _NAMED_ON = psycopg.Cursor
     return psycopg
 
 

@@ -3,12 +3,22 @@
 # NOTIFY (a lock on the notification queue taken at commit and held through its flush): with every end
 # notified, the replays that completed instances at once committed one after the other. The progress
 # markers' trigger is unchanged: they are few, and a stream waits for them.
+#
+# Not atomic, so that the instance table's locks are held for one statement each. The column is added in a
+# transaction of its own (a catalog change: the default is a constant), and the trigger is replaced by
+# one statement committed on its own. CREATE OR REPLACE TRIGGER (PostgreSQL 14, the oldest Django 5.2
+# supports) takes SHARE ROW EXCLUSIVE, which lets reads through, where DROP TRIGGER takes ACCESS
+# EXCLUSIVE. An atomic migration held ACCESS EXCLUSIVE from the column's ALTER TABLE to its commit, across
+# the Python Django runs between operations. On a loaded machine that took past 200 ms, and the live
+# traffic of tests/system/test_migrations_live.py gave up on a lock. Stopped half-way, the migration is
+# run again whole: the column is added once (AddFieldOnce) and the trigger replaced again.
 
 from django.db import migrations, models
 
+from django_workflows.migration_reruns import AddFieldOnce
+
 ENDED = """
-DROP TRIGGER IF EXISTS django_workflows_instance_ended ON django_workflows_instance;
-CREATE TRIGGER django_workflows_instance_ended AFTER UPDATE OF status ON django_workflows_instance
+CREATE OR REPLACE TRIGGER django_workflows_instance_ended AFTER UPDATE OF status ON django_workflows_instance
     FOR EACH ROW WHEN ({watched}NEW.status IN ('complete', 'errored', 'terminated')
                        AND OLD.status IS DISTINCT FROM NEW.status)
     EXECUTE FUNCTION django_workflows_instance_ended_notify();
@@ -27,12 +37,14 @@ def notify_every_end(apps, schema_editor):
 
 class Migration(migrations.Migration):
 
+    atomic = False
+
     dependencies = [
         ('django_workflows', '0026_held_instance_wake'),
     ]
 
     operations = [
-        migrations.AddField(
+        AddFieldOnce(
             model_name='instance',
             name='watched',
             field=models.BooleanField(db_default=False, default=False, help_text='A caller waits for its result or streams its progress: its end is notified (PostgreSQL).'),

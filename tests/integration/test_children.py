@@ -26,6 +26,7 @@ from django_workflows.store import children as children_store
 from django_workflows.store import steering
 from django_workflows.store.dispatch import sweep
 from django_workflows.foundations.validation import INSTANCE_ID_PATTERN
+from tests.own_connections import dsn
 from tests.testapp.workflows import SimulatedCrash
 
 
@@ -463,14 +464,10 @@ CONNECTION_CUT = "connection cut"
 FAULTS = [LOCK_TIMEOUT, pytest.param(CONNECTION_CUT, marks=pytest.mark.postgres)]
 
 
-def _dsn() -> dict:
-    params = connection.get_connection_params()
-    return {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
-
 
 @contextmanager
 def _held_by_another_connection(lock_sql: str):
-    holder = psycopg.connect(**_dsn())
+    holder = psycopg.connect(**dsn())
     try:
         # Never waits long for a lock of the replay's own connection, which waits for this one meanwhile.
         holder.execute("SET lock_timeout = '5s'")
@@ -507,7 +504,7 @@ class Fault:
         if wrapper.vendor == "sqlite":
             raise OperationalError("database is locked")
         if self.kind == CONNECTION_CUT:
-            with psycopg.connect(**_dsn(), autocommit=True) as killer:
+            with psycopg.connect(**dsn(), autocommit=True) as killer:
                 killer.execute("SELECT pg_terminate_backend(%s, 5000)", [wrapper.connection.info.backend_pid])
             return execute(sql, params, many, context)
         with _held_by_another_connection(self.statement.lock.format(parent=self.parent_pk)):

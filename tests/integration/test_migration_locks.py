@@ -14,31 +14,24 @@ import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.loader import MigrationLoader
+
+from tests import migration_order
+from tests.migration_order import APP
+from tests.own_connections import dsn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-APP = "django_workflows"
 FIRST_UNDER_THE_RULE = "0027_watched_instances"
 TABLES = ("django_workflows_instance", "django_workflows_step", "django_workflows_event")
 
 
-def _migrations_in_order() -> list[str]:
-    graph = MigrationLoader(connection, ignore_no_migrations=True).graph
-    (leaf,) = graph.leaf_nodes(APP)
-    return [name for app, name in graph.forwards_plan(leaf) if app == APP]
-
-
 def test_no_migration_since_0027_sends_a_statement_while_holding_access_exclusive_on_a_busy_table():
-    names = _migrations_in_order()
+    names = migration_order.in_order()
     first = names.index(FIRST_UNDER_THE_RULE)
-    settings = connection.settings_dict
     found: dict[str, list[str]] = {}
     call_command("migrate", APP, names[first - 1], verbosity=0, skip_checks=True)
     try:
-        with psycopg.connect(dbname=settings["NAME"], user=settings["USER"] or None,
-                             password=settings["PASSWORD"] or None, host=settings["HOST"] or None,
-                             port=settings["PORT"] or None, autocommit=True) as watcher:
+        with psycopg.connect(**dsn(), autocommit=True) as watcher:
             for name in names[first:]:
                 held_before: list[str] = []
 

@@ -11,12 +11,12 @@ exists") stops every later deploy until someone repairs the database by hand.
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
-pytestmark = pytest.mark.django_db(transaction=True)
+from tests import migration_order
+from tests.migration_order import APP
 
-APP = "django_workflows"
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _schema() -> dict:
@@ -38,9 +38,8 @@ def _schema() -> dict:
 
 
 def test_every_migration_that_is_not_atomic_runs_again_after_a_stop_before_its_record():
-    loader = MigrationLoader(connection, ignore_no_migrations=True)
-    (leaf,) = loader.graph.leaf_nodes(APP)
-    names = [name for app, name in loader.graph.forwards_plan(leaf) if app == APP]
+    loader = migration_order.loader()
+    names = migration_order.in_order(loader)
     not_atomic = [name for name in names if not loader.get_migration(APP, name).atomic]
     assert len(not_atomic) >= 10, not_atomic  # the test means something only if it reruns them
 

@@ -2,6 +2,7 @@
 connection under names of the engine's own and run by name (store/named_statements.py): only where
 their transaction is what the cursor would give them, raising what the cursor would raise."""
 
+import psycopg
 import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
@@ -11,6 +12,7 @@ from django_workflows.client.new_instances import unsaved
 from django_workflows.errors import InstanceAlreadyExists
 from django_workflows.models import Instance, Step
 from django_workflows.store import instance_rows, named_statements
+from tests.own_connections import dsn
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
               pytest.mark.usefixtures("inline_executor")]
@@ -24,12 +26,18 @@ def _reconnect_with_threshold(monkeypatch, threshold: int) -> None:
 
 
 @pytest.fixture
-def fresh_connection(monkeypatch):
-    """The test's statements on a connection of their own, with nothing prepared on it yet, where a
-    statement is prepared at its first run (``prepare_threshold`` 0)."""
-    _reconnect_with_threshold(monkeypatch, 0)
-    yield
+def reconnect(monkeypatch):
+    """Reconnect with a ``prepare_threshold`` of the test's: a connection of its own, nothing prepared on
+    it yet, closed after the test whatever it asserted (its settings are put back)."""
+    yield lambda threshold: _reconnect_with_threshold(monkeypatch, threshold)
     connection.close()
+
+
+@pytest.fixture
+def fresh_connection(reconnect):
+    """The test's statements on a connection of their own where a statement is prepared at its first run
+    (``prepare_threshold`` 0)."""
+    reconnect(0)
 
 
 @pytest.fixture
@@ -120,11 +128,7 @@ def test_a_connection_killed_between_statements_raises_djangos_error_and_the_nex
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    import psycopg
-
-    params = connection.get_connection_params()
-    dsn = {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
-    with psycopg.connect(**dsn, autocommit=True) as killer:
+    with psycopg.connect(**dsn(), autocommit=True) as killer:
         killer.execute("SELECT pg_terminate_backend(%s)", [pid])
     row = _row("killed")
     with pytest.raises(OperationalError):
@@ -178,8 +182,8 @@ def test_past_the_most_kept_the_statement_named_first_is_deallocated(fresh_conne
     assert any(text.startswith("WITH kept AS") for text in named.values()), named
 
 
-def test_a_statement_is_named_once_it_has_run_prepare_threshold_times_on_the_connection(monkeypatch, named_runs):
-    _reconnect_with_threshold(monkeypatch, 2)
+def test_a_statement_is_named_once_it_has_run_prepare_threshold_times_on_the_connection(reconnect, named_runs):
+    reconnect(2)
     handle = workflows.get("returns-its-last-step")
     step_row = f'INSERT INTO "{Step._meta.db_table}"'
 
@@ -195,4 +199,3 @@ def test_a_statement_is_named_once_it_has_run_prepare_threshold_times_on_the_con
     handle.create(id="third")
     assert named() == [f'INSERT INTO "{Instance._meta.db_table}"', step_row, "WITH kept AS"]
     assert Instance.objects.filter(status="complete").count() == 3
-    connection.close()

@@ -16,14 +16,10 @@ from django.db import OperationalError, connection
 from django_workflows import WorkflowEntrypoint, workflows
 from django_workflows.models import Instance
 from django_workflows.testing import run_workflows
+from tests.own_connections import dsn
 
 seen = {"charge": 0, "compensate": 0, "caught": []}
 
-
-def _dsn() -> dict:
-    """The test database's connection parameters, for a connection of the test's own."""
-    params = connection.get_connection_params()
-    return {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
 
 
 def _kill_this_connection() -> None:
@@ -31,7 +27,7 @@ def _kill_this_connection() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
-    with psycopg.connect(**_dsn(), autocommit=True) as killer:
+    with psycopg.connect(**dsn(), autocommit=True) as killer:
         killer.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
@@ -107,7 +103,7 @@ def _lock_from_another_connection(instance_id: str):
         holder = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False)
         holder.execute("BEGIN IMMEDIATE")  # SQLite's one write lock
         return holder
-    holder = psycopg.connect(**_dsn())
+    holder = psycopg.connect(**dsn())
     holder.execute(f"SELECT 1 FROM {table} WHERE instance_id = %s FOR UPDATE", [instance_id])
     return holder
 

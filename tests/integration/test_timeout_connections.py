@@ -21,6 +21,7 @@ from django_workflows.shared.definition import registry
 from django_workflows.models import Instance, Step
 from django_workflows.engine.replay import replay
 from django_workflows.testing import run_workflows
+from tests.own_connections import dsn
 from tests.testapp.models import SideEffect
 
 INSTANCES = 30
@@ -86,10 +87,6 @@ def database_heavy_workflow():
     started.clear()
 
 
-def _pg_dsn() -> dict:
-    params = connection.get_connection_params()
-    return {key: params[key] for key in ("dbname", "user", "host", "port", "password") if params.get(key)}
-
 
 def left_behind() -> list[str]:
     """What a replay left open or broken, seen from outside it and on its own connection."""
@@ -111,7 +108,7 @@ def left_behind() -> list[str]:
         left.append("the replay's connection was closed under Django: the next statement on it fails")
     elif raw is not None and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         left.append(f"the replay's connection is {raw.info.transaction_status.name}")
-    with psycopg.connect(**_pg_dsn(), autocommit=True) as other:
+    with psycopg.connect(**dsn(), autocommit=True) as other:
         rows = other.execute(
             "SELECT pid, state, query FROM pg_stat_activity WHERE datname = current_database() "
             "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'"
@@ -292,7 +289,7 @@ def _lock_is_free(row_name: str) -> bool:
             return False
         finally:
             other.close()
-    with psycopg.connect(**_pg_dsn()) as other:
+    with psycopg.connect(**dsn()) as other:
         try:
             other.execute(f"SELECT 1 FROM {SideEffect._meta.db_table} WHERE name = %s FOR UPDATE NOWAIT",
                           [row_name])
@@ -358,7 +355,7 @@ def test_discarding_cancels_a_statement_still_running_and_releases_its_locks_at_
 
     # Rolled back now, not when the server notices the connection is gone (here: after 30 s).
     assert _lock_is_free("locked")
-    with psycopg.connect(**_pg_dsn(), autocommit=True) as other:
+    with psycopg.connect(**dsn(), autocommit=True) as other:
         still_running = other.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state = 'active'",
             ["%/* interrupted */%"],

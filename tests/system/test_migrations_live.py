@@ -16,11 +16,12 @@ import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.loader import MigrationLoader
+
+from tests import migration_order
+from tests.migration_order import APP
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-APP = "django_workflows"
 INSTANCES = 200_000
 STEPS_PER_INSTANCE = 1
 EVENTS_PER_INSTANCE = 1
@@ -29,12 +30,6 @@ TABLES = ("django_workflows_instance", "django_workflows_step", "django_workflow
 # The table locks that make a plain INSERT or UPDATE wait (and, for ACCESS EXCLUSIVE, a SELECT too).
 # CREATE INDEX CONCURRENTLY and VALIDATE CONSTRAINT take SHARE UPDATE EXCLUSIVE, which stops neither.
 BLOCKING_MODES = ("AccessExclusiveLock", "ExclusiveLock", "ShareRowExclusiveLock", "ShareLock")
-
-
-def _migrations_in_order() -> list[str]:
-    graph = MigrationLoader(connection, ignore_no_migrations=True).graph
-    (leaf,) = graph.leaf_nodes(APP)
-    return [name for app, name in graph.forwards_plan(leaf) if app == APP]
 
 
 def _populate() -> None:
@@ -235,7 +230,7 @@ def _watch(settings, phase, stop, results) -> None:
 
 
 def test_no_migration_stops_reads_or_writes_on_populated_tables(capsys):
-    names = _migrations_in_order()
+    names = migration_order.in_order()
     started = time.monotonic()
     call_command("migrate", APP, names[0], verbosity=0, skip_checks=True)
     # The traffic and the watch run in processes of their own: threads would wait for the GIL while
@@ -308,7 +303,7 @@ def test_no_migration_stops_reads_or_writes_on_populated_tables(capsys):
 def test_the_like_index_that_0006_used_to_build_is_dropped():
     from django_workflows.models import Event  # not at the top: the traffic's processes import this module
 
-    names = _migrations_in_order()
+    names = migration_order.in_order()
     before = names[names.index("0009_drop_event_delivery_like_index") - 1]
     call_command("migrate", APP, before, verbosity=0, skip_checks=True)
     try:
